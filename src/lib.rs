@@ -1,0 +1,15 @@
+//! vhost-iocost: a vhost-user-blk daemon that shares one host disk between many VMs
+//! with IOCost-style proportional, work-conserving QoS.
+//!
+//! Layout:
+//! - [`backend`]: vhost-user glue, virtio-blk request parsing, io_uring engine (the data path).
+//! - [`cost_model`], [`qos`], [`planner`]: the QoS core, a pure library (no I/O, injectable clock).
+//! - [`sim`]: a deterministic simulator driving the QoS core in virtual time.
+//! - [`config`]: the TOML configuration and its validation.
+
+pub mod backend;
+pub mod config;
+pub mod cost_model;
+pub mod planner;
+pub mod qos;
+pub mod sim;
