@@ -1,0 +1,440 @@
+//! The daemon's TOML configuration: the schema, defaults and validation.
+//!
+//! The schema is the user-facing contract: keys may be added, never renamed. Every error
+//! names the offending key (`volume[1] "vm1-data".offset: ...`) so an operator can fix the
+//! file without reading code. Validation runs in two steps: [`Config::validate`] checks
+//! everything that needs no I/O; [`Config::validate_layout`] checks the volume ranges once
+//! the host disk's size and logical block size are known.
+
+mod size;
+
+pub use size::ByteSize;
+
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+/// Weight range shared by groups and volumes (as in Linux `io.weight`).
+pub const WEIGHT_MIN: u32 = 1;
+pub const WEIGHT_MAX: u32 = 10_000;
+pub const DEFAULT_WEIGHT: u32 = 100;
+/// The name of the implicit root of the group hierarchy.
+pub const ROOT_GROUP: &str = "root";
+/// virtio-blk GET_ID returns at most this many bytes.
+pub const SERIAL_MAX_BYTES: usize = 20;
+/// One worker thread serves all queues of a volume through a 64-bit queue mask.
+pub const MAX_QUEUES: u16 = 64;
+/// The largest split virtqueue the virtio spec allows.
+pub const MAX_QUEUE_SIZE: u16 = 32_768;
+
+/// A configuration error: which key, and what is wrong with it.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("config: {key}: {message}")]
+    Invalid { key: String, message: String },
+}
+
+fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.into(),
+        message: message.into(),
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub device: DeviceConfig,
+    #[serde(default)]
+    pub control: ControlConfig,
+    #[serde(default, rename = "group")]
+    pub groups: Vec<GroupConfig>,
+    #[serde(default, rename = "volume")]
+    pub volumes: Vec<VolumeConfig>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceKind {
+    /// A block device or a regular file holding all volumes.
+    #[default]
+    File,
+    /// No storage: every request completes at once without I/O (reads return guest memory
+    /// untouched). For measuring the daemon's own overhead.
+    Null,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceConfig {
+    /// Block device or file holding all volumes. Relative paths are resolved against the
+    /// daemon's working directory. Ignored for `kind = "null"`.
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+    /// Create a sparse file of this size if `path` does not exist.
+    #[serde(default)]
+    pub create_size: Option<ByteSize>,
+    #[serde(default)]
+    pub kind: DeviceKind,
+    /// Open with O_DIRECT (bypass the host page cache).
+    #[serde(default = "default_true")]
+    pub direct: bool,
+    /// Requests in flight to the device, all volumes together.
+    #[serde(default = "default_queue_depth")]
+    pub queue_depth: u32,
+    /// The cost model (`[device.model]`); kept verbatim until the QoS core consumes it.
+    #[serde(default)]
+    pub model: toml::Table,
+    /// QoS parameters (`[device.qos]`).
+    #[serde(default)]
+    pub qos: toml::Table,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ControlConfig {
+    /// REST control socket (served by the control plane).
+    #[serde(default)]
+    pub socket: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupConfig {
+    pub name: String,
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+    /// Parent group; the implicit `root` if absent.
+    #[serde(default)]
+    pub parent: Option<String>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct VolumeConfig {
+    pub name: String,
+    /// The vhost-user socket this volume listens on.
+    pub socket: PathBuf,
+    /// First byte of the host disk owned by this volume.
+    #[serde(default)]
+    pub offset: ByteSize,
+    /// Bytes of the host disk owned by this volume (its capacity as the guest sees it).
+    pub size: ByteSize,
+    #[serde(default)]
+    pub group: Option<String>,
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+    #[serde(default)]
+    pub read_only: bool,
+    #[serde(default = "default_num_queues")]
+    pub num_queues: u16,
+    #[serde(default = "default_queue_size")]
+    pub queue_size: u16,
+    /// Returned by VIRTIO_BLK_T_GET_ID; the volume name if absent.
+    #[serde(default)]
+    pub serial: Option<String>,
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_queue_depth() -> u32 {
+    256
+}
+fn default_weight() -> u32 {
+    DEFAULT_WEIGHT
+}
+fn default_num_queues() -> u16 {
+    1
+}
+fn default_queue_size() -> u16 {
+    256
+}
+
+impl VolumeConfig {
+    /// The GET_ID answer: the configured serial or the volume name, at most 20 bytes.
+    pub fn serial_bytes(&self) -> Vec<u8> {
+        let s = self.serial.as_deref().unwrap_or(&self.name).as_bytes();
+        s[..s.len().min(SERIAL_MAX_BYTES)].to_vec()
+    }
+
+    fn key(&self, index: usize, field: &str) -> String {
+        format!("volume[{index}] \"{}\".{field}", self.name)
+    }
+}
+
+impl Config {
+    /// Reads, parses and validates (without I/O on the device) a config file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let config = Self::parse(&text).map_err(|e| match e {
+            ConfigError::Parse { message, .. } => ConfigError::Parse {
+                path: path.to_owned(),
+                message,
+            },
+            other => other,
+        })?;
+        Ok(config)
+    }
+
+    /// Parses and validates config text.
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: PathBuf::from("<text>"),
+            message: e.to_string(),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Everything that can be checked without opening the device.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let d = &self.device;
+        if d.kind == DeviceKind::File && d.path.is_none() {
+            return Err(invalid("device.path", "required when device.kind = \"file\""));
+        }
+        if d.queue_depth == 0 || d.queue_depth > 65_536 {
+            return Err(invalid(
+                "device.queue_depth",
+                format!("must be 1..=65536 (got {})", d.queue_depth),
+            ));
+        }
+        if let Some(size) = d.create_size {
+            if size.0 == 0 || size.0 % 512 != 0 {
+                return Err(invalid(
+                    "device.create_size",
+                    format!("must be a non-zero multiple of 512 bytes (got {size})"),
+                ));
+            }
+        }
+        self.validate_groups()?;
+        self.validate_volumes()?;
+        // Static range check with the smallest possible block size; the real one is checked
+        // again in validate_layout once the device is open.
+        self.validate_layout(u64::MAX, 512)
+    }
+
+    fn validate_groups(&self) -> Result<(), ConfigError> {
+        let mut names = HashSet::new();
+        for (i, g) in self.groups.iter().enumerate() {
+            let key = |f: &str| format!("group[{i}] \"{}\".{f}", g.name);
+            if g.name.is_empty() || g.name == ROOT_GROUP {
+                return Err(invalid(
+                    key("name"),
+                    format!("must be non-empty and not `{ROOT_GROUP}`"),
+                ));
+            }
+            if !names.insert(g.name.as_str()) {
+                return Err(invalid(key("name"), "duplicate group name"));
+            }
+            check_weight(&key("weight"), g.weight)?;
+        }
+        // Parents must exist, and following parents must reach the root (no cycles).
+        let parent_of: HashMap<&str, &str> = self
+            .groups
+            .iter()
+            .map(|g| (g.name.as_str(), g.parent.as_deref().unwrap_or(ROOT_GROUP)))
+            .collect();
+        for (i, g) in self.groups.iter().enumerate() {
+            let mut cur = g.name.as_str();
+            for _ in 0..=self.groups.len() {
+                let parent = parent_of[cur];
+                if parent == ROOT_GROUP {
+                    break;
+                }
+                if !parent_of.contains_key(parent) {
+                    return Err(invalid(
+                        format!("group[{i}] \"{}\".parent", g.name),
+                        format!("unknown group `{parent}`"),
+                    ));
+                }
+                cur = parent;
+            }
+            if parent_of[cur] != ROOT_GROUP {
+                return Err(invalid(
+                    format!("group[{i}] \"{}\".parent", g.name),
+                    "the parent chain forms a cycle",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_volumes(&self) -> Result<(), ConfigError> {
+        if self.volumes.is_empty() {
+            return Err(invalid("volume", "at least one [[volume]] is required"));
+        }
+        let groups: HashSet<&str> = self.groups.iter().map(|g| g.name.as_str()).collect();
+        let mut names = HashSet::new();
+        let mut sockets = HashSet::new();
+        for (i, v) in self.volumes.iter().enumerate() {
+            if v.name.is_empty() {
+                return Err(invalid(v.key(i, "name"), "must not be empty"));
+            }
+            if !names.insert(v.name.as_str()) {
+                return Err(invalid(v.key(i, "name"), "duplicate volume name"));
+            }
+            if !sockets.insert(v.socket.as_path()) {
+                return Err(invalid(
+                    v.key(i, "socket"),
+                    format!("{} is already used by another volume", v.socket.display()),
+                ));
+            }
+            if self.control.socket.as_deref() == Some(v.socket.as_path()) {
+                return Err(invalid(v.key(i, "socket"), "same path as control.socket"));
+            }
+            check_weight(&v.key(i, "weight"), v.weight)?;
+            if let Some(group) = &v.group {
+                if !groups.contains(group.as_str()) && group != ROOT_GROUP {
+                    return Err(invalid(v.key(i, "group"), format!("unknown group `{group}`")));
+                }
+            }
+            if v.num_queues == 0 || v.num_queues > MAX_QUEUES {
+                return Err(invalid(
+                    v.key(i, "num_queues"),
+                    format!("must be 1..={MAX_QUEUES} (got {})", v.num_queues),
+                ));
+            }
+            if !v.queue_size.is_power_of_two() || v.queue_size > MAX_QUEUE_SIZE {
+                return Err(invalid(
+                    v.key(i, "queue_size"),
+                    format!(
+                        "must be a power of two up to {MAX_QUEUE_SIZE} (got {})",
+                        v.queue_size
+                    ),
+                ));
+            }
+            if let Some(serial) = &v.serial {
+                if serial.len() > SERIAL_MAX_BYTES {
+                    return Err(invalid(
+                        v.key(i, "serial"),
+                        format!("at most {SERIAL_MAX_BYTES} bytes (got {})", serial.len()),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the volume ranges against the opened device: block alignment, the end of the
+    /// device, and overlaps between volumes.
+    pub fn validate_layout(&self, device_size: u64, block_size: u64) -> Result<(), ConfigError> {
+        let mut ranges: Vec<(u64, u64, usize)> = Vec::with_capacity(self.volumes.len());
+        for (i, v) in self.volumes.iter().enumerate() {
+            for (field, value) in [("offset", v.offset.0), ("size", v.size.0)] {
+                if value % block_size != 0 {
+                    return Err(invalid(
+                        v.key(i, field),
+                        format!(
+                            "{value} is not a multiple of the device's logical block size ({block_size})"
+                        ),
+                    ));
+                }
+            }
+            if v.size.0 == 0 {
+                return Err(invalid(v.key(i, "size"), "must not be zero"));
+            }
+            let end = v.offset.0.checked_add(v.size.0).ok_or_else(|| {
+                invalid(v.key(i, "size"), "offset + size overflows 64 bits")
+            })?;
+            if end > device_size {
+                return Err(invalid(
+                    v.key(i, "size"),
+                    format!(
+                        "the range {}..{end} ends past the end of the device ({device_size} bytes)",
+                        v.offset.0
+                    ),
+                ));
+            }
+            ranges.push((v.offset.0, end, i));
+        }
+        ranges.sort_unstable();
+        for pair in ranges.windows(2) {
+            let (a, b) = (pair[0], pair[1]);
+            if b.0 < a.1 {
+                let (va, vb) = (&self.volumes[a.2], &self.volumes[b.2]);
+                return Err(invalid(
+                    vb.key(b.2, "offset"),
+                    format!(
+                        "range {}..{} overlaps volume \"{}\" ({}..{})",
+                        b.0, b.1, va.name, a.0, a.1
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A human-readable description of the resolved layout (for `vhost-iocost check`).
+    pub fn describe(&self, device_size: Option<u64>, block_size: Option<u64>) -> String {
+        use std::fmt::Write;
+        let d = &self.device;
+        let mut out = String::new();
+        let path = d
+            .path
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "-".into());
+        let _ = writeln!(
+            out,
+            "device: kind={:?} path={path} direct={} queue_depth={}",
+            d.kind, d.direct, d.queue_depth
+        );
+        if let (Some(size), Some(bs)) = (device_size, block_size) {
+            let _ = writeln!(out, "  size={} ({size} bytes) logical_block={bs}", ByteSize(size));
+        }
+        if let Some(s) = &self.control.socket {
+            let _ = writeln!(out, "control: socket={}", s.display());
+        }
+        for g in &self.groups {
+            let _ = writeln!(
+                out,
+                "group {:<16} weight={:<5} parent={}",
+                g.name,
+                g.weight,
+                g.parent.as_deref().unwrap_or(ROOT_GROUP)
+            );
+        }
+        for v in &self.volumes {
+            let _ = writeln!(
+                out,
+                "volume {:<16} bytes {}..{} ({}) weight={} group={} queues={}x{} {} socket={}",
+                v.name,
+                v.offset.0,
+                v.offset.0 + v.size.0,
+                v.size,
+                v.weight,
+                v.group.as_deref().unwrap_or(ROOT_GROUP),
+                v.num_queues,
+                v.queue_size,
+                if v.read_only { "ro" } else { "rw" },
+                v.socket.display()
+            );
+        }
+        out
+    }
+}
+
+fn check_weight(key: &str, weight: u32) -> Result<(), ConfigError> {
+    if (WEIGHT_MIN..=WEIGHT_MAX).contains(&weight) {
+        Ok(())
+    } else {
+        Err(invalid(
+            key,
+            format!("must be {WEIGHT_MIN}..={WEIGHT_MAX} (got {weight})"),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests;

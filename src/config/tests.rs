@@ -1,0 +1,123 @@
+use super::*;
+
+const BASE: &str = r#"
+[device]
+path = "disk.img"
+create_size = "1GiB"
+
+[[group]]
+name = "tenant-a"
+weight = 200
+
+[[volume]]
+name = "a"
+socket = "a.sock"
+offset = "0"
+size = "256MiB"
+group = "tenant-a"
+
+[[volume]]
+name = "b"
+socket = "b.sock"
+offset = "256MiB"
+size = "256MiB"
+"#;
+
+fn err_of(text: &str) -> String {
+    Config::parse(text).unwrap_err().to_string()
+}
+
+#[test]
+fn demo_config_in_the_repository_is_valid() {
+    let text = include_str!("../../configs/demo.toml");
+    let config = Config::parse(text).expect("configs/demo.toml must validate");
+    assert!(config.volumes.len() >= 2);
+    assert!(config.device.create_size.is_some());
+}
+
+#[test]
+fn defaults_are_applied() {
+    let c = Config::parse(BASE).unwrap();
+    assert!(c.device.direct);
+    assert_eq!(c.device.queue_depth, 256);
+    assert_eq!(c.volumes[1].weight, DEFAULT_WEIGHT);
+    assert_eq!(c.volumes[1].num_queues, 1);
+    assert_eq!(c.volumes[1].serial_bytes(), b"b");
+}
+
+#[test]
+fn unknown_keys_are_refused_with_their_name() {
+    let e = err_of(&BASE.replace("weight = 200", "weight = 200\nwieght = 3"));
+    assert!(e.contains("wieght"), "{e}");
+}
+
+#[test]
+fn overlapping_ranges_are_refused() {
+    let e = err_of(&BASE.replace("offset = \"256MiB\"", "offset = \"128MiB\""));
+    assert!(e.contains("volume[1] \"b\".offset") && e.contains("overlaps"), "{e}");
+}
+
+#[test]
+fn unaligned_offsets_and_sizes_are_refused() {
+    let e = err_of(&BASE.replace("offset = \"256MiB\"", "offset = 268435457"));
+    assert!(e.contains("\"b\".offset") && e.contains("multiple"), "{e}");
+    let c = Config::parse(BASE).unwrap();
+    assert!(c.validate_layout(1 << 30, 4096).is_ok());
+    let e = c.validate_layout(1 << 30, 3 << 20).unwrap_err().to_string();
+    assert!(e.contains("logical block size"), "{e}");
+}
+
+#[test]
+fn ranges_past_the_device_end_are_refused() {
+    let c = Config::parse(BASE).unwrap();
+    let e = c.validate_layout(300 << 20, 512).unwrap_err().to_string();
+    assert!(e.contains("\"b\".size") && e.contains("past the end"), "{e}");
+    let e = err_of(&BASE.replace("offset = \"256MiB\"", "offset = \"18446744073709551104\""));
+    assert!(e.contains("\"b\".size") && e.contains("overflows"), "{e}");
+}
+
+#[test]
+fn duplicate_names_and_sockets_are_refused() {
+    let e = err_of(&BASE.replace("name = \"b\"", "name = \"a\""));
+    assert!(e.contains("duplicate volume name"), "{e}");
+    let e = err_of(&BASE.replace("socket = \"b.sock\"", "socket = \"a.sock\""));
+    assert!(e.contains("\"b\".socket"), "{e}");
+}
+
+#[test]
+fn weights_out_of_range_are_refused() {
+    let e = err_of(&BASE.replace("weight = 200", "weight = 0"));
+    assert!(e.contains("group[0] \"tenant-a\".weight"), "{e}");
+    let e = err_of(&BASE.replace("group = \"tenant-a\"", "weight = 10001"));
+    assert!(e.contains("\"a\".weight") && e.contains("10001"), "{e}");
+}
+
+#[test]
+fn unknown_groups_and_cycles_are_refused() {
+    let e = err_of(&BASE.replace("group = \"tenant-a\"", "group = \"nope\""));
+    assert!(e.contains("\"a\".group") && e.contains("nope"), "{e}");
+    let cyclic = BASE.replace(
+        "weight = 200",
+        "weight = 200\nparent = \"t2\"\n[[group]]\nname = \"t2\"\nparent = \"tenant-a\"",
+    );
+    let e = err_of(&cyclic);
+    assert!(e.contains("cycle"), "{e}");
+}
+
+#[test]
+fn bad_queue_geometry_and_serial_are_refused() {
+    let e = err_of(&BASE.replace("group = \"tenant-a\"", "queue_size = 100"));
+    assert!(e.contains("\"a\".queue_size"), "{e}");
+    let e = err_of(&BASE.replace("group = \"tenant-a\"", "num_queues = 0"));
+    assert!(e.contains("\"a\".num_queues"), "{e}");
+    let e = err_of(&BASE.replace("group = \"tenant-a\"", "serial = \"123456789012345678901\""));
+    assert!(e.contains("\"a\".serial"), "{e}");
+}
+
+#[test]
+fn file_device_needs_a_path() {
+    let e = err_of(&BASE.replace("path = \"disk.img\"", ""));
+    assert!(e.contains("device.path"), "{e}");
+    let null = BASE.replace("path = \"disk.img\"", "kind = \"null\"");
+    assert!(Config::parse(&null).is_ok());
+}
