@@ -9,6 +9,7 @@
 
 pub mod backend;
 pub mod config;
+pub mod daemon;
 pub mod cost_model;
 pub mod planner;
 pub mod qos;

@@ -1,3 +1,23 @@
 //! The data path: vhost-user glue, virtio-blk request parsing, and the io_uring engine.
+//!
+//! - [`request`]: transport-free parsing and validation of virtio-blk requests.
+//! - [`blk_config`]: features and config space.
+//! - [`disk`], [`bounce`], [`engine`]: the host disk, O_DIRECT bounce buffers, io_uring.
+//! - [`slots`]: the device-wide in-flight limit.
+//! - [`admission`]: the only interface to the QoS core.
+//! - [`worker`]: a volume's event loop state (pop, admit, submit, complete).
+//! - [`vhost`]: the `VhostUserBackend` implementation for one connection.
+//! - [`server`]: per-volume listener threads, reconnects and graceful shutdown.
 
+pub mod admission;
+pub mod blk_config;
+pub mod bounce;
+pub mod disk;
+pub mod engine;
+pub mod ratelimit;
 pub mod request;
+pub mod slots;
+pub mod volume;
+pub mod worker;
+pub mod vhost;
+pub mod server;

@@ -1,0 +1,157 @@
+//! `VhostUserBackend` for one volume and one vhost-user connection.
+//!
+//! Implemented directly (not the `Mut` variant behind a backend-wide lock): the worker's
+//! state sits in its own mutex, taken by the worker thread for each event and by the
+//! frontend-handler thread only to drain a queue on GET_VRING_BASE.
+
+use super::admission::Admission;
+use super::blk_config::{self, BlkConfig};
+use super::volume::Volume;
+use super::worker::{Mem, Vring, Worker};
+use std::io;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use vhost::vhost_user::message::VhostUserProtocolFeatures;
+use vhost_user_backend::VhostUserBackend;
+use vm_memory::{GuestAddressSpace, GuestMemoryAtomic};
+use vmm_sys_util::epoll::EventSet;
+use vmm_sys_util::event::{new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier};
+
+/// Epoll tokens beyond the queue indices (`num_queues` itself is reserved by the crate).
+#[derive(Clone, Copy, Debug)]
+pub struct Tokens {
+    pub completion: u16,
+    pub timer: u16,
+    pub wake: u16,
+}
+
+impl Tokens {
+    pub fn for_queues(num_queues: u16) -> Self {
+        Tokens {
+            completion: num_queues + 1,
+            timer: num_queues + 2,
+            wake: num_queues + 3,
+        }
+    }
+}
+
+pub struct VolumeBackend<A: Admission> {
+    volume: Arc<Volume<A>>,
+    worker: Mutex<Worker<A>>,
+    mem: RwLock<GuestMemoryAtomic<Mem>>,
+    tokens: Tokens,
+}
+
+impl<A: Admission> VolumeBackend<A> {
+    pub fn new(volume: Arc<Volume<A>>) -> io::Result<Self> {
+        Ok(VolumeBackend {
+            worker: Mutex::new(Worker::new(volume.clone())?),
+            tokens: Tokens::for_queues(volume.num_queues),
+            mem: RwLock::new(GuestMemoryAtomic::new(Mem::new())),
+            volume,
+        })
+    }
+
+    pub fn tokens(&self) -> Tokens {
+        self.tokens
+    }
+
+    pub fn worker(&self) -> MutexGuard<'_, Worker<A>> {
+        self.worker.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Completes every request of this connection and stops taking new ones.
+    pub fn drain_all(&self) -> io::Result<()> {
+        let mask = (1u64 << self.volume.num_queues) - 1;
+        self.worker().drain(mask)
+    }
+
+    fn all_queues_mask(&self) -> u64 {
+        if self.volume.num_queues >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << self.volume.num_queues) - 1
+        }
+    }
+}
+
+impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
+    type Bitmap = ();
+    type Vring = Vring;
+
+    fn num_queues(&self) -> usize {
+        self.volume.num_queues as usize
+    }
+
+    fn max_queue_size(&self) -> usize {
+        self.volume.queue_size as usize
+    }
+
+    fn features(&self) -> u64 {
+        blk_config::features(self.volume.limits.read_only)
+    }
+
+    fn protocol_features(&self) -> VhostUserProtocolFeatures {
+        blk_config::protocol_features()
+    }
+
+    /// The vhost-user-backend crate applies EVENT_IDX to the vrings itself.
+    fn set_event_idx(&self, _enabled: bool) {}
+
+    fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
+        BlkConfig {
+            capacity_bytes: self.volume.limits.capacity,
+            seg_max: self.volume.limits.seg_max,
+            blk_size: self.volume.block_size as u32,
+            num_queues: self.volume.num_queues,
+        }
+        .read(offset, size)
+    }
+
+    fn update_memory(&self, mem: GuestMemoryAtomic<Mem>) -> io::Result<()> {
+        *self.mem.write().unwrap_or_else(|e| e.into_inner()) = mem;
+        Ok(())
+    }
+
+    /// One worker thread serves every queue of the volume: QoS keeps one FIFO per volume.
+    fn queues_per_thread(&self) -> Vec<u64> {
+        vec![self.all_queues_mask()]
+    }
+
+    fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
+        new_event_consumer_and_notifier(EventFlag::NONBLOCK | EventFlag::CLOEXEC).ok()
+    }
+
+    /// GET_VRING_BASE: every request popped from this queue must be answered before the
+    /// frontend reads the ring position.
+    fn stop_vring(&self, queue_index: u32) -> io::Result<()> {
+        if queue_index >= 64 {
+            return Ok(());
+        }
+        let mask = 1u64 << queue_index;
+        let mut worker = self.worker();
+        worker.drain(mask)?;
+        worker.resume(mask);
+        Ok(())
+    }
+
+    fn handle_event(&self, device_event: u16, evset: EventSet, vrings: &[Vring], _thread: usize) -> io::Result<()> {
+        if evset != EventSet::IN {
+            tracing::warn!(volume = %self.volume.name, device_event, ?evset, "unexpected epoll event");
+        }
+        let mut worker = self.worker();
+        let t = self.tokens;
+        match device_event {
+            q if (q as usize) < vrings.len() => {
+                let mem = self.mem.read().unwrap_or_else(|e| e.into_inner()).memory().into_inner();
+                worker.on_kick(vrings, q, &mem)
+            }
+            e if e == t.completion => worker.on_completion(vrings),
+            e if e == t.timer => worker.on_timer(vrings),
+            e if e == t.wake => worker.on_wake(vrings),
+            other => {
+                tracing::warn!(volume = %self.volume.name, event = other, "unknown event");
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! A volume: one guest disk, a byte range of the shared host disk, and the state that
+//! outlives any one vhost-user connection (its QoS handle and its counters).
+
+use super::admission::Admission;
+use super::disk::HostDisk;
+use super::request::Limits;
+use super::slots::DeviceSlots;
+use crate::config::VolumeConfig;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Largest discard and write-zeroes we accept in one request, in 512-byte sectors. Linux
+/// splits larger ones itself. Write-zeroes is smaller because it may fall back to writing a
+/// zero buffer of that size.
+pub const MAX_DISCARD_SECTORS: u32 = (1 << 30) >> 9;
+pub const MAX_WRITE_ZEROES_SECTORS: u32 = (32 << 20) >> 9;
+
+/// The host disk as the volumes share it.
+pub struct SharedDisk {
+    pub disk: HostDisk,
+    pub slots: DeviceSlots,
+}
+
+/// Request counters, readable while the data path runs (control plane, tests).
+#[derive(Default, Debug)]
+pub struct VolumeCounters {
+    pub reads: AtomicU64,
+    pub writes: AtomicU64,
+    pub read_bytes: AtomicU64,
+    pub write_bytes: AtomicU64,
+    pub flushes: AtomicU64,
+    pub discards: AtomicU64,
+    pub write_zeroes: AtomicU64,
+    /// Requests answered IOERR (invalid or failed on the device).
+    pub errors: AtomicU64,
+    /// Requests answered UNSUPP.
+    pub unsupported: AtomicU64,
+    /// Requests that went through the O_DIRECT bounce buffer.
+    pub bounced: AtomicU64,
+    pub connections: AtomicU64,
+}
+
+impl VolumeCounters {
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+pub struct Volume<A: Admission> {
+    pub name: String,
+    pub socket: PathBuf,
+    /// First byte of this volume on the host disk.
+    pub host_offset: u64,
+    pub limits: Limits,
+    pub block_size: u64,
+    pub num_queues: u16,
+    pub queue_size: u16,
+    pub serial: Vec<u8>,
+    pub shared: std::sync::Arc<SharedDisk>,
+    pub admission: A,
+    pub counters: VolumeCounters,
+}
+
+impl<A: Admission> Volume<A> {
+    pub fn new(cfg: &VolumeConfig, shared: std::sync::Arc<SharedDisk>, admission: A) -> Self {
+        let block_size = shared.disk.block_size.max(512);
+        Volume {
+            name: cfg.name.clone(),
+            socket: cfg.socket.clone(),
+            host_offset: cfg.offset.0,
+            limits: Limits {
+                capacity: cfg.size.0,
+                read_only: cfg.read_only,
+                // Like QEMU: a request may use every descriptor but header and status.
+                seg_max: u32::from(cfg.queue_size).saturating_sub(2).max(1),
+                max_discard_sectors: MAX_DISCARD_SECTORS,
+                max_write_zeroes_sectors: MAX_WRITE_ZEROES_SECTORS,
+            },
+            block_size,
+            num_queues: cfg.num_queues,
+            queue_size: cfg.queue_size,
+            serial: cfg.serial_bytes(),
+            shared,
+            admission,
+            counters: VolumeCounters::default(),
+        }
+    }
+}

@@ -1,0 +1,651 @@
+//! A volume's worker: the event-loop state behind one vhost-user connection.
+//!
+//! One worker thread serves every queue of its volume. On a kick it pops descriptor
+//! chains, parses and validates them, and appends them to the volume's FIFO. `dispatch`
+//! then offers the FIFO head to admission control (QoS) and for a device slot, and hands
+//! admitted requests to io_uring. Completions write the status byte, return the chain to the
+//! used ring, and let the next parked requests go. Nothing here blocks: a throttled request
+//! waits on a timerfd, a request without a device slot on a wake eventfd, both on this
+//! worker's epoll.
+
+use super::admission::{monotonic_ns, Admission, Decision, IoClass, IoDesc, Timing};
+use super::bounce::BounceBuffer;
+use super::engine::{DeviceOp, Engine};
+use super::ratelimit::RateLimiter;
+use super::request::{self, ChainLayout, Request, RequestError, RequestKind, Segment};
+use super::volume::{Volume, VolumeCounters};
+use std::collections::VecDeque;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+use vhost_user_backend::{VringRwLock, VringT};
+use virtio_bindings::virtio_blk::{VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK};
+use virtio_queue::QueueT;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
+use vmm_sys_util::eventfd::EventFd;
+use vmm_sys_util::timerfd::TimerFd;
+
+pub type Mem = GuestMemoryMmap<()>;
+pub type Vring = VringRwLock<vm_memory::GuestMemoryAtomic<Mem>>;
+
+/// Linux caps one readv/writev at this many iovecs; larger requests are bounced.
+const IOV_MAX: usize = 1024;
+
+/// A validated request waiting in the volume FIFO for admission or a device slot.
+struct Pending<T> {
+    queue: u16,
+    head: u16,
+    request: Request,
+    io: IoDesc,
+    mem: Arc<Mem>,
+    /// Set once QoS admitted it (it keeps its place if it then waits for a slot).
+    ticket: Option<T>,
+    admitted_ns: u64,
+}
+
+/// A request the device is working on. Owns everything the kernel points into.
+struct InFlight<T> {
+    queue: u16,
+    head: u16,
+    kind: RequestKind,
+    io: IoDesc,
+    status_addr: u64,
+    /// Bytes written into guest buffers on success (reads), for the used length.
+    guest_written: u32,
+    iovecs: Vec<libc::iovec>,
+    /// O_DIRECT bounce buffer and, for reads, the guest segments to copy it back into.
+    bounce: Option<BounceBuffer>,
+    copy_back: Vec<Segment>,
+    /// Keeps the guest memory mapped until the kernel is done with it, even if the
+    /// frontend replaces the memory table meanwhile.
+    mem: Arc<Mem>,
+    ticket: Option<T>,
+    timing: Timing,
+}
+
+// SAFETY: the raw iovec pointers point into `mem` (kept alive by the Arc) or into `bounce`,
+// both owned by this record; nothing else aliases them.
+unsafe impl<T: Send> Send for InFlight<T> {}
+
+pub struct Worker<A: Admission> {
+    volume: Arc<Volume<A>>,
+    engine: Engine,
+    pub timer: TimerFd,
+    timer_deadline: Option<u64>,
+    pub wake_evt: Arc<EventFd>,
+    waiting_for_slot: bool,
+    fifo: VecDeque<Pending<A::Ticket>>,
+    inflight: Vec<Option<InFlight<A::Ticket>>>,
+    free_slots: Vec<usize>,
+    in_flight_count: usize,
+    /// The vrings of this connection, captured from the first event (for `drain`, which
+    /// runs outside the event loop).
+    vrings: Vec<Vring>,
+    /// Vrings with new used entries since the last notification (bit per queue).
+    touched: u64,
+    /// Queues being stopped: no more pops, parked requests go without waiting.
+    stopping: u64,
+    warn: RateLimiter,
+}
+
+/// Result of reading a request off the ring.
+enum Popped {
+    Queued,
+    Answered,
+}
+
+impl<A: Admission> Worker<A> {
+    pub fn new(volume: Arc<Volume<A>>) -> io::Result<Self> {
+        let depth = u32::from(volume.queue_size) * u32::from(volume.num_queues);
+        let file = volume
+            .shared
+            .disk
+            .file
+            .as_ref()
+            .map(std::os::unix::io::AsRawFd::as_raw_fd);
+        Ok(Worker {
+            engine: Engine::new(depth, file)?,
+            timer: TimerFd::new()?,
+            timer_deadline: None,
+            wake_evt: Arc::new(EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC)?),
+            waiting_for_slot: false,
+            fifo: VecDeque::new(),
+            inflight: Vec::new(),
+            free_slots: Vec::new(),
+            in_flight_count: 0,
+            vrings: Vec::new(),
+            touched: 0,
+            stopping: 0,
+            warn: RateLimiter::new(Duration::from_secs(1)),
+            volume,
+        })
+    }
+
+    pub fn completion_fd(&self) -> std::os::unix::io::RawFd {
+        std::os::unix::io::AsRawFd::as_raw_fd(&self.engine.completion_evt)
+    }
+
+    fn remember_vrings(&mut self, vrings: &[Vring]) {
+        if self.vrings.is_empty() {
+            self.vrings = vrings.to_vec();
+        }
+    }
+
+    /// A kick (or a ring becoming ready) on queue `queue`.
+    pub fn on_kick(&mut self, vrings: &[Vring], queue: u16, mem: &Arc<Mem>) -> io::Result<()> {
+        self.remember_vrings(vrings);
+        if self.stopping & (1 << queue) == 0 {
+            let vring = &vrings[queue as usize];
+            loop {
+                vring.disable_notification().map_err(io::Error::other)?;
+                self.pop_all(vring, queue, mem)?;
+                if !vring.enable_notification().map_err(io::Error::other)? {
+                    break;
+                }
+            }
+        }
+        self.pump()
+    }
+
+    /// The completion eventfd fired.
+    pub fn on_completion(&mut self, vrings: &[Vring]) -> io::Result<()> {
+        self.remember_vrings(vrings);
+        let _ = self.engine.completion_evt.read();
+        self.pump()
+    }
+
+    /// The QoS wait timer fired.
+    pub fn on_timer(&mut self, vrings: &[Vring]) -> io::Result<()> {
+        self.remember_vrings(vrings);
+        let _ = self.timer.wait();
+        self.timer_deadline = None;
+        self.pump()
+    }
+
+    /// Another volume freed a device slot.
+    pub fn on_wake(&mut self, vrings: &[Vring]) -> io::Result<()> {
+        self.remember_vrings(vrings);
+        let _ = self.wake_evt.read();
+        self.waiting_for_slot = false;
+        self.pump()
+    }
+
+    /// Dispatches what may go, submits, completes what finished, until nothing moves; then
+    /// notifies the guest once per touched queue.
+    fn pump(&mut self) -> io::Result<()> {
+        loop {
+            self.dispatch()?;
+            self.engine.submit()?;
+            if self.complete_ready()? == 0 {
+                break;
+            }
+        }
+        self.notify_guest();
+        Ok(())
+    }
+
+    fn pop_all(&mut self, vring: &Vring, queue: u16, mem: &Arc<Mem>) -> io::Result<()> {
+        loop {
+            let chain = vring
+                .get_mut()
+                .get_queue_mut()
+                .pop_descriptor_chain(mem.clone());
+            let Some(chain) = chain else {
+                return Ok(());
+            };
+            let head = chain.head_index();
+            let mut layout = ChainLayout::default();
+            let mut result = Ok(());
+            let mut ends_cleanly = true;
+            for desc in chain {
+                ends_cleanly = !desc.has_next();
+                if let Err(e) = layout.push(desc.addr().0, desc.len(), desc.is_write_only()) {
+                    result = Err(e);
+                    break;
+                }
+            }
+            if result.is_ok() && !ends_cleanly {
+                result = Err(RequestError::BrokenChain);
+            }
+            let parsed = result.and_then(|()| {
+                request::parse(&layout, &self.volume.limits, |addr, buf| {
+                    mem.read_slice(buf, GuestAddress(addr)).is_ok()
+                })
+            });
+            match parsed {
+                Ok(req) => {
+                    if let Popped::Answered = self.accept(queue, head, req, mem) {
+                        continue;
+                    }
+                }
+                Err(e) => self.refuse(queue, head, &layout, e, mem),
+            }
+        }
+    }
+
+    /// Answers GET_ID at once; queues everything else in the volume FIFO.
+    fn accept(&mut self, queue: u16, head: u16, req: Request, mem: &Arc<Mem>) -> Popped {
+        let class = match req.kind {
+            RequestKind::GetId => {
+                let serial = &self.volume.serial;
+                let mut written = 0usize;
+                for seg in &req.data {
+                    if written == serial.len() {
+                        break;
+                    }
+                    let n = (seg.len as usize).min(serial.len() - written);
+                    if mem
+                        .write_slice(&serial[written..written + n], GuestAddress(seg.addr))
+                        .is_err()
+                    {
+                        break;
+                    }
+                    written += n;
+                }
+                // The spec: the ID is NUL-padded when shorter than 20 bytes; the guest's
+                // buffer is ours to fill up to its length, but it is zeroed by drivers.
+                let status = if written == serial.len() { VIRTIO_BLK_S_OK } else { VIRTIO_BLK_S_IOERR };
+                self.finish(queue, head, req.status_addr, status as u8, written as u32, mem);
+                return Popped::Answered;
+            }
+            RequestKind::Read => IoClass::Read,
+            RequestKind::Write => IoClass::Write,
+            RequestKind::Flush => IoClass::Flush,
+            RequestKind::Discard => IoClass::Discard,
+            RequestKind::WriteZeroes { .. } => IoClass::WriteZeroes,
+        };
+        let io = IoDesc {
+            class,
+            offset: req.offset,
+            len: req.len,
+        };
+        self.fifo.push_back(Pending {
+            queue,
+            head,
+            request: req,
+            io,
+            mem: mem.clone(),
+            ticket: None,
+            admitted_ns: 0,
+        });
+        Popped::Queued
+    }
+
+    /// Answers an invalid request with its status (or a zero-length used entry when there
+    /// is no status byte to write) and logs it, rate-limited.
+    fn refuse(&mut self, queue: u16, head: u16, layout: &ChainLayout, e: RequestError, mem: &Arc<Mem>) {
+        let c = &self.volume.counters;
+        match e.status() {
+            Some(s) if s == VIRTIO_BLK_S_IOERR as u8 => VolumeCounters::add(&c.errors, 1),
+            _ => VolumeCounters::add(&c.unsupported, 1),
+        }
+        if let Some(suppressed) = self.warn.check() {
+            tracing::warn!(volume = %self.volume.name, queue, head, suppressed, "refused request: {e}");
+        }
+        match (e.status(), request::locate_status(layout)) {
+            (Some(status), Ok((addr, _))) => self.finish(queue, head, addr, status, 0, mem),
+            // Nowhere to put a status: return the chain with nothing written.
+            _ => self.return_chain(queue, head, 0),
+        }
+    }
+
+    fn return_chain(&mut self, queue: u16, head: u16, used_len: u32) {
+        if let Some(vring) = self.vrings.get(queue as usize) {
+            if let Err(e) = vring.add_used(head, used_len) {
+                tracing::warn!(volume = %self.volume.name, queue, "add_used failed: {e}");
+            }
+            self.touched |= 1 << queue;
+        }
+    }
+
+    /// Writes the status byte and puts the chain on the used ring.
+    fn finish(&mut self, queue: u16, head: u16, status_addr: u64, status: u8, written: u32, mem: &Mem) {
+        let status_ok = mem.write_obj(status, GuestAddress(status_addr)).is_ok();
+        self.return_chain(queue, head, if status_ok { written + 1 } else { 0 });
+    }
+
+    fn notify_guest(&mut self) {
+        let mut touched = std::mem::take(&mut self.touched);
+        while touched != 0 {
+            let q = touched.trailing_zeros() as usize;
+            touched &= touched - 1;
+            if let Some(vring) = self.vrings.get(q) {
+                if vring.needs_notification().unwrap_or(true) {
+                    let _ = vring.signal_used_queue();
+                }
+            }
+        }
+    }
+
+    /// Lets FIFO requests go in order while QoS admits them and device slots are free.
+    fn dispatch(&mut self) -> io::Result<()> {
+        if self.waiting_for_slot {
+            return Ok(());
+        }
+        let now = monotonic_ns();
+        while let Some(head) = self.fifo.front_mut() {
+            let forced = self.stopping & (1 << head.queue) != 0;
+            if head.ticket.is_none() {
+                match self.volume.admission.admit(&head.io, now) {
+                    Decision::Go(t) => {
+                        head.ticket = Some(t);
+                        head.admitted_ns = now;
+                    }
+                    Decision::WaitUntil { ns } if !forced => {
+                        self.arm_timer(ns, now)?;
+                        return Ok(());
+                    }
+                    Decision::WaitUntil { .. } => head.admitted_ns = now,
+                }
+            }
+            let slots = &self.volume.shared.slots;
+            if !forced && !slots.try_acquire() {
+                if !slots.acquire_or_wait(&self.wake_evt) {
+                    self.waiting_for_slot = true;
+                    return Ok(());
+                }
+            } else if forced {
+                slots.force_acquire();
+            }
+            let pending = self.fifo.pop_front().expect("front exists");
+            self.start(pending, now)?;
+        }
+        Ok(())
+    }
+
+    fn arm_timer(&mut self, deadline_ns: u64, now: u64) -> io::Result<()> {
+        if self.timer_deadline.is_some_and(|d| d <= deadline_ns) {
+            return Ok(());
+        }
+        // A zero duration would disarm the timer: wait at least a microsecond.
+        let wait = Duration::from_nanos(deadline_ns.saturating_sub(now).max(1_000));
+        self.timer.reset(wait, None)?;
+        self.timer_deadline = Some(deadline_ns);
+        Ok(())
+    }
+
+    /// Builds the device operation for an admitted request and queues it on the ring.
+    fn start(&mut self, p: Pending<A::Ticket>, now: u64) -> io::Result<()> {
+        let vol = &self.volume;
+        let disk = &vol.shared.disk;
+        let host_offset = vol.host_offset + p.request.offset;
+        let mut record = InFlight {
+            queue: p.queue,
+            head: p.head,
+            kind: p.request.kind,
+            io: p.io,
+            status_addr: p.request.status_addr,
+            guest_written: 0,
+            iovecs: Vec::new(),
+            bounce: None,
+            copy_back: Vec::new(),
+            mem: p.mem,
+            ticket: p.ticket,
+            timing: Timing {
+                admitted_ns: p.admitted_ns,
+                submitted_ns: now,
+                completed_ns: 0,
+            },
+        };
+        let op = match p.request.kind {
+            RequestKind::Read | RequestKind::Write => {
+                let is_read = p.request.kind == RequestKind::Read;
+                if disk.direct && (host_offset % disk.block_size != 0 || p.request.len % disk.block_size != 0) {
+                    // O_DIRECT cannot do sub-block I/O; we do not read-modify-write.
+                    self.fail_unstarted(record, "offset or length not aligned to the host block size");
+                    return Ok(());
+                }
+                if let Err(addr) = self.map_iovecs(&mut record, &p.request.data, is_read) {
+                    self.fail_unstarted(record, &format!("guest buffer {addr:#x} is not guest RAM"));
+                    return Ok(());
+                }
+                if is_read {
+                    record.guest_written = p.request.len as u32;
+                }
+                let (iovecs, count) = (record.iovecs.as_ptr(), record.iovecs.len() as u32);
+                if is_read {
+                    DeviceOp::Readv { iovecs, count, offset: host_offset }
+                } else {
+                    DeviceOp::Writev { iovecs, count, offset: host_offset }
+                }
+            }
+            RequestKind::Flush => DeviceOp::Flush,
+            RequestKind::Discard => DeviceOp::Fallocate {
+                offset: host_offset,
+                len: p.request.len,
+                mode: libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            },
+            RequestKind::WriteZeroes { unmap } => DeviceOp::Fallocate {
+                offset: host_offset,
+                len: p.request.len,
+                mode: if unmap {
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE
+                } else {
+                    libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE
+                },
+            },
+            RequestKind::GetId => unreachable!("GET_ID is answered when popped"),
+        };
+        let op = if disk.file.is_none() { DeviceOp::Nop } else { op };
+        let slot = self.insert(record);
+        self.engine.push(op, slot as u64)
+    }
+
+    /// Fills `record.iovecs` with host pointers for `data`, through a bounce buffer when the
+    /// guest buffers break O_DIRECT alignment. Returns the bad guest address on failure.
+    fn map_iovecs(&self, record: &mut InFlight<A::Ticket>, data: &[Segment], is_read: bool) -> Result<(), u64> {
+        let disk = &self.volume.shared.disk;
+        let mut aligned = true;
+        for seg in data {
+            for slice in record.mem.get_slices(GuestAddress(seg.addr), seg.len as usize) {
+                let slice = slice.map_err(|_| seg.addr)?;
+                let base = slice.ptr_guard_mut().as_ptr();
+                aligned &= (base as u64) % disk.mem_align == 0 && (slice.len() as u64) % disk.mem_align == 0;
+                record.iovecs.push(libc::iovec {
+                    iov_base: base.cast(),
+                    iov_len: slice.len(),
+                });
+            }
+        }
+        if (disk.direct && !aligned) || record.iovecs.len() > IOV_MAX {
+            let total: usize = data.iter().map(|s| s.len as usize).sum();
+            let mut buffer = BounceBuffer::zeroed(total, disk.mem_align.max(disk.block_size) as usize);
+            if is_read {
+                record.copy_back = data.to_vec();
+            } else {
+                let mut at = 0;
+                for seg in data {
+                    let dst = &mut buffer.as_mut_slice()[at..at + seg.len as usize];
+                    record.mem.read_slice(dst, GuestAddress(seg.addr)).map_err(|_| seg.addr)?;
+                    at += seg.len as usize;
+                }
+            }
+            record.iovecs = vec![libc::iovec {
+                iov_base: buffer.as_mut_ptr().cast(),
+                iov_len: total,
+            }];
+            record.bounce = Some(buffer);
+            VolumeCounters::add(&self.volume.counters.bounced, 1);
+        }
+        Ok(())
+    }
+
+    /// Fails a request that holds a device slot but never reached the device.
+    fn fail_unstarted(&mut self, record: InFlight<A::Ticket>, why: &str) {
+        if let Some(suppressed) = self.warn.check() {
+            tracing::warn!(volume = %self.volume.name, suppressed, "request failed: {why}");
+        }
+        self.complete_one(record, -libc::EINVAL, false);
+    }
+
+    fn insert(&mut self, record: InFlight<A::Ticket>) -> usize {
+        self.in_flight_count += 1;
+        match self.free_slots.pop() {
+            Some(i) => {
+                self.inflight[i] = Some(record);
+                i
+            }
+            None => {
+                self.inflight.push(Some(record));
+                self.inflight.len() - 1
+            }
+        }
+    }
+
+    /// Reaps every posted completion. Returns how many there were.
+    fn complete_ready(&mut self) -> io::Result<usize> {
+        let done: Vec<(u64, i32)> = self.engine.reap().collect();
+        let n = done.len();
+        for (user_data, result) in done {
+            let index = user_data as usize;
+            let Some(record) = self.inflight.get_mut(index).and_then(Option::take) else {
+                tracing::error!(volume = %self.volume.name, user_data, "completion for an unknown request");
+                continue;
+            };
+            self.free_slots.push(index);
+            self.in_flight_count -= 1;
+            if let Some(record) = self.retry_write_zeroes(record, result, index)? {
+                self.complete_one(record, result, true);
+            }
+        }
+        Ok(n)
+    }
+
+    /// Filesystems without FALLOC_FL_ZERO_RANGE (tmpfs, some network file systems) get the
+    /// zeroes written from a zeroed buffer instead. Returns the record if it is finished.
+    fn retry_write_zeroes(
+        &mut self,
+        mut record: InFlight<A::Ticket>,
+        result: i32,
+        index: usize,
+    ) -> io::Result<Option<InFlight<A::Ticket>>> {
+        let unsupported = result == -libc::EOPNOTSUPP || result == -libc::EINVAL;
+        if !(unsupported && matches!(record.kind, RequestKind::WriteZeroes { .. }) && record.bounce.is_none()) {
+            return Ok(Some(record));
+        }
+        let disk = &self.volume.shared.disk;
+        let buffer = BounceBuffer::zeroed(record.io.len as usize, disk.mem_align.max(disk.block_size) as usize);
+        record.iovecs = vec![libc::iovec {
+            iov_base: buffer.as_mut_ptr().cast(),
+            iov_len: record.io.len as usize,
+        }];
+        record.bounce = Some(buffer);
+        let op = DeviceOp::Writev {
+            iovecs: record.iovecs.as_ptr(),
+            count: 1,
+            offset: self.volume.host_offset + record.io.offset,
+        };
+        let slot = self.insert(record);
+        debug_assert_eq!(slot, index);
+        self.engine.push(op, slot as u64)?;
+        Ok(None)
+    }
+
+    /// Finishes one request: copies bounced reads back, writes the status, returns the
+    /// chain, releases the device slot, and reports the completion to QoS.
+    fn complete_one(&mut self, mut record: InFlight<A::Ticket>, result: i32, log_failure: bool) {
+        let vol = self.volume.clone();
+        let c = &vol.counters;
+        let expected = match record.kind {
+            RequestKind::Read | RequestKind::Write if vol.shared.disk.file.is_some() => record.io.len as i64,
+            _ => 0,
+        };
+        let mut ok = i64::from(result) == expected
+            || (result == -libc::EOPNOTSUPP && record.kind == RequestKind::Discard);
+        if ok {
+            if let Some(buffer) = &record.bounce {
+                let mut at = 0;
+                for seg in &record.copy_back {
+                    let src = &buffer.as_slice()[at..at + seg.len as usize];
+                    ok &= record.mem.write_slice(src, GuestAddress(seg.addr)).is_ok();
+                    at += seg.len as usize;
+                }
+            }
+        }
+        if ok {
+            let (count, bytes) = match record.kind {
+                RequestKind::Read => (&c.reads, Some(&c.read_bytes)),
+                RequestKind::Write => (&c.writes, Some(&c.write_bytes)),
+                RequestKind::Flush => (&c.flushes, None),
+                RequestKind::Discard => (&c.discards, None),
+                _ => (&c.write_zeroes, None),
+            };
+            VolumeCounters::add(count, 1);
+            if let Some(bytes) = bytes {
+                VolumeCounters::add(bytes, record.io.len);
+            }
+        } else {
+            VolumeCounters::add(&c.errors, 1);
+            if let Some(suppressed) = log_failure.then(|| self.warn.check()).flatten() {
+                tracing::warn!(
+                    volume = %vol.name, kind = ?record.kind, offset = record.io.offset, len = record.io.len,
+                    suppressed, "device I/O failed: {}", describe_result(result, expected)
+                );
+            }
+        }
+        let status = if ok { VIRTIO_BLK_S_OK } else { VIRTIO_BLK_S_IOERR } as u8;
+        let written = if ok { record.guest_written } else { 0 };
+        let mem = record.mem.clone();
+        self.finish(record.queue, record.head, record.status_addr, status, written, &mem);
+        vol.shared.slots.release();
+        record.timing.completed_ns = monotonic_ns();
+        if let Some(ticket) = record.ticket.take() {
+            vol.admission.complete(&record.io, ticket, record.timing);
+        }
+    }
+
+    /// Stops the queues in `mask`: nothing more is popped from them, their parked requests
+    /// go to the device without waiting, and this returns once every request of theirs has
+    /// completed and been returned to the guest. Used by GET_VRING_BASE and shutdown.
+    pub fn drain(&mut self, mask: u64) -> io::Result<()> {
+        self.stopping |= mask;
+        self.waiting_for_slot = false;
+        loop {
+            self.pump()?;
+            let busy = self.fifo.iter().any(|p| mask & (1 << p.queue) != 0)
+                || self.inflight.iter().flatten().any(|r| mask & (1 << r.queue) != 0);
+            if !busy {
+                return Ok(());
+            }
+            self.engine.wait_for_completion()?;
+        }
+    }
+
+    /// Re-enables queues after a drain (a frontend may restart a stopped ring).
+    pub fn resume(&mut self, mask: u64) {
+        self.stopping &= !mask;
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.in_flight_count
+    }
+}
+
+impl<A: Admission> Drop for Worker<A> {
+    /// The kernel may still write into guest memory or bounce buffers owned by in-flight
+    /// records: wait for every completion before freeing them.
+    fn drop(&mut self) {
+        while self.in_flight_count > 0 {
+            if self.engine.wait_for_completion().is_err() {
+                break;
+            }
+            let done: Vec<(u64, i32)> = self.engine.reap().collect();
+            for (user_data, _) in done {
+                if let Some(slot) = self.inflight.get_mut(user_data as usize) {
+                    if slot.take().is_some() {
+                        self.in_flight_count -= 1;
+                        self.volume.shared.slots.release();
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn describe_result(result: i32, expected: i64) -> String {
+    if result < 0 {
+        io::Error::from_raw_os_error(-result).to_string()
+    } else {
+        format!("short transfer: {result} of {expected} bytes")
+    }
+}

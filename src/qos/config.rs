@@ -1,0 +1,221 @@
+//! `[device.qos]`: the QoS section of the daemon configuration.
+//!
+//! ```toml
+//! [device.qos]
+//! enable = true     # false: admit everything, still count statistics
+//! rpct = 95.0       # read latency percentile (0 disables the read latency signal)
+//! rlat = "250us"    # read latency target; "250us", "1ms", "2s", or an integer in µs
+//! wpct = 95.0
+//! wlat = "1ms"
+//! min = 25.0        # vrate bounds in percent of the cost model's speed
+//! max = 400.0
+//! ```
+//!
+//! Defaults: enabled, p95 targets for reads and writes, latency targets from the cost
+//! model's preset (HDD 250 ms, SSD 25 ms, fast SSD 5 ms), vrate within 25 %..400 %.
+//!
+//! Deviation from the kernel defaults (rpct = wpct = 0, min = 1 %, max = 10 000 %): the
+//! daemon may run without a bounded device queue, and then the rq-wait signal is always
+//! zero (spec A.3, K.6). Without a latency signal vrate would only ever rise, so latency
+//! QoS is on by default, and the bounds are narrower so that a bad model or a misleading
+//! signal cannot starve or flood the device.
+
+use std::fmt;
+
+use serde::de::{self, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// A duration in µs that (de)serialises as `"250us"`, `"1.5ms"`, `"2s"` or an integer µs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DurationUs(pub u64);
+
+/// Parse `"250us"`, `"1.5ms"`, `"2s"`, `"10ns"`, `"250µs"` or a bare number (µs) into ns.
+pub fn parse_duration_ns(text: &str) -> Result<u64, String> {
+    let s = text.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let scale: f64 = match unit.trim() {
+        "" | "us" | "µs" => 1e3,
+        "ns" => 1.0,
+        "ms" => 1e6,
+        "s" => 1e9,
+        other => return Err(format!("unknown duration unit {other:?} in {text:?} (use ns, us, ms or s)")),
+    };
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration {text:?} (examples: \"250us\", \"1ms\", \"2s\")"))?;
+    let ns = value * scale;
+    if !ns.is_finite() || ns < 0.0 || ns > u64::MAX as f64 {
+        return Err(format!("duration {text:?} out of range"));
+    }
+    Ok(ns.round() as u64)
+}
+
+impl fmt::Display for DurationUs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let us = self.0;
+        if us != 0 && us % 1_000_000 == 0 {
+            write!(f, "{}s", us / 1_000_000)
+        } else if us != 0 && us % 1_000 == 0 {
+            write!(f, "{}ms", us / 1_000)
+        } else {
+            write!(f, "{us}us")
+        }
+    }
+}
+
+impl Serialize for DurationUs {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for DurationUs {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = DurationUs;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration such as \"250us\", \"1ms\", \"2s\" or an integer number of µs")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<DurationUs, E> {
+                Ok(DurationUs(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<DurationUs, E> {
+                u64::try_from(v)
+                    .map(DurationUs)
+                    .map_err(|_| E::custom("duration must not be negative"))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<DurationUs, E> {
+                let ns = parse_duration_ns(v).map_err(E::custom)?;
+                Ok(DurationUs(ns / 1_000))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Largest accepted latency target (the planning period is capped at 1 s anyway).
+const MAX_LAT_US: u64 = 10_000_000;
+
+/// The QoS configuration. Every key is optional.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QosConfig {
+    /// Throttle at all. When false every request is admitted and only counted.
+    pub enable: bool,
+    /// Read latency percentile, 0..=100 (0: reads give no latency signal).
+    pub rpct: f64,
+    /// Read latency target; default from the cost model's preset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rlat: Option<DurationUs>,
+    /// Write latency percentile, 0..=100.
+    pub wpct: f64,
+    /// Write latency target; default from the cost model's preset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wlat: Option<DurationUs>,
+    /// Lower vrate bound, percent (1..=10000).
+    pub min: f64,
+    /// Upper vrate bound, percent (1..=10000).
+    pub max: f64,
+}
+
+impl Default for QosConfig {
+    fn default() -> Self {
+        QosConfig {
+            enable: true,
+            rpct: 95.0,
+            rlat: None,
+            wpct: 95.0,
+            wlat: None,
+            min: 25.0,
+            max: 400.0,
+        }
+    }
+}
+
+impl QosConfig {
+    /// Check every key; the error names the offending key.
+    pub fn validate(&self) -> Result<(), String> {
+        for (key, v) in [("rpct", self.rpct), ("wpct", self.wpct)] {
+            if !v.is_finite() || !(0.0..=100.0).contains(&v) {
+                return Err(format!("device.qos.{key}: must be within 0..=100 (got {v})"));
+            }
+        }
+        for (key, v) in [("rlat", self.rlat), ("wlat", self.wlat)] {
+            if let Some(DurationUs(us)) = v {
+                if us == 0 || us > MAX_LAT_US {
+                    return Err(format!(
+                        "device.qos.{key}: must be within 1us..=10s (got {us}us)"
+                    ));
+                }
+            }
+        }
+        for (key, v) in [("min", self.min), ("max", self.max)] {
+            if !v.is_finite() || !(1.0..=10_000.0).contains(&v) {
+                return Err(format!("device.qos.{key}: must be within 1..=10000 percent (got {v})"));
+            }
+        }
+        if self.min > self.max {
+            return Err(format!(
+                "device.qos.min: must be <= max (got {} > {})",
+                self.min, self.max
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<QosConfig, String> {
+        toml::from_str::<QosConfig>(s).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn durations_parse_in_all_forms() {
+        assert_eq!(parse_duration_ns("250us").unwrap(), 250_000);
+        assert_eq!(parse_duration_ns("250µs").unwrap(), 250_000);
+        assert_eq!(parse_duration_ns("1ms").unwrap(), 1_000_000);
+        assert_eq!(parse_duration_ns("1.5ms").unwrap(), 1_500_000);
+        assert_eq!(parse_duration_ns("2s").unwrap(), 2_000_000_000);
+        assert_eq!(parse_duration_ns("7").unwrap(), 7_000);
+        assert!(parse_duration_ns("2 fortnights").is_err());
+        assert!(parse_duration_ns("ms").is_err());
+        let c = parse("rlat = \"250us\"\nwlat = 1500").unwrap();
+        assert_eq!(c.rlat, Some(DurationUs(250)));
+        assert_eq!(c.wlat, Some(DurationUs(1500)));
+        assert!(parse("rlat = -5").is_err());
+    }
+
+    #[test]
+    fn defaults_and_example_validate() {
+        let c = parse("").unwrap();
+        assert_eq!(c, QosConfig::default());
+        c.validate().unwrap();
+        let c = parse(
+            "enable = true\nrpct = 95.0\nrlat = \"250us\"\nwpct = 95.0\nwlat = \"1ms\"\nmin = 25.0\nmax = 400.0",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        let back = parse(&toml::to_string(&c).unwrap()).unwrap();
+        assert_eq!(back, c);
+    }
+
+    #[test]
+    fn validation_names_the_key() {
+        let e = parse("min = 500.0\nmax = 400.0").unwrap().validate().unwrap_err();
+        assert_eq!(e, "device.qos.min: must be <= max (got 500 > 400)");
+        let e = parse("rpct = 101.0").unwrap().validate().unwrap_err();
+        assert!(e.starts_with("device.qos.rpct"), "{e}");
+        let e = parse("wlat = 0").unwrap().validate().unwrap_err();
+        assert!(e.starts_with("device.qos.wlat"), "{e}");
+        let e = parse("max = 0.5").unwrap().validate().unwrap_err();
+        assert!(e.starts_with("device.qos.max"), "{e}");
+        assert!(parse("latency = 5").is_err(), "unknown keys are rejected");
+    }
+}

@@ -1,0 +1,26 @@
+//! Errors of the control-plane calls (tree construction and weight changes).
+
+/// Why a tree or weight operation was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QosError {
+    /// The name is already used by a group or volume of this device.
+    #[error("name {0:?} is already used on this device")]
+    DuplicateName(String),
+    /// Names must be non-empty.
+    #[error("names must not be empty")]
+    EmptyName,
+    /// No group or volume with that name.
+    #[error("no group or volume named {0:?}")]
+    UnknownName(String),
+    /// The named parent is a volume; only groups can have children.
+    #[error("{0:?} is a volume, not a group")]
+    NotAGroup(String),
+    /// Weights are 1..=10000.
+    #[error("weight of {name:?} must be within 1..=10000 (got {weight})")]
+    InvalidWeight {
+        /// Node name.
+        name: String,
+        /// The rejected weight.
+        weight: u32,
+    },
+}

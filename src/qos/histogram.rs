@@ -1,0 +1,163 @@
+//! A small fixed-size latency histogram (log-linear buckets, µs).
+//!
+//! Each power of two is split into 8 buckets, so a reported percentile is within 12.5 %
+//! of the true value; values from 0 to 2^36 µs (19 h) fit in 272 `u32` counters (about
+//! 1 KiB). Small enough to keep three per volume (current period, last period, since
+//! start) for ten thousand volumes, cheap enough to record on every completion, and
+//! resettable with one `fill(0)`.
+
+const SUB_BITS: u32 = 3;
+const SUB: usize = 1 << SUB_BITS;
+const MAX_EXP: u32 = 35;
+const BUCKETS: usize = SUB + (MAX_EXP as usize - SUB_BITS as usize + 1) * SUB;
+const MAX_VALUE: u64 = (1 << (MAX_EXP + 1)) - 1;
+
+/// Latency histogram in µs.
+#[derive(Clone, Debug)]
+pub(crate) struct Histogram {
+    counts: Box<[u32; BUCKETS]>,
+    total: u64,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram {
+            counts: Box::new([0; BUCKETS]),
+            total: 0,
+        }
+    }
+}
+
+fn bucket_of(us: u64) -> usize {
+    let v = us.min(MAX_VALUE);
+    if v < SUB as u64 {
+        return v as usize;
+    }
+    let exp = 63 - v.leading_zeros();
+    let mant = (v >> (exp - SUB_BITS)) as usize & (SUB - 1);
+    SUB + (exp - SUB_BITS) as usize * SUB + mant
+}
+
+/// Midpoint of a bucket's value range.
+fn value_of(bucket: usize) -> u64 {
+    if bucket < SUB {
+        return bucket as u64;
+    }
+    let exp = ((bucket - SUB) / SUB) as u32 + SUB_BITS;
+    let mant = ((bucket - SUB) % SUB) as u64;
+    let width = 1u64 << (exp - SUB_BITS);
+    ((SUB as u64 + mant) << (exp - SUB_BITS)) + width / 2
+}
+
+impl Histogram {
+    pub(crate) fn record(&mut self, us: u64) {
+        let b = &mut self.counts[bucket_of(us)];
+        *b = b.saturating_add(1);
+        self.total = self.total.saturating_add(1);
+    }
+
+    pub(crate) fn clear(&mut self) {
+        if self.total != 0 {
+            self.counts.fill(0);
+            self.total = 0;
+        }
+    }
+
+    pub(crate) fn count(&self) -> u64 {
+        self.total
+    }
+
+    /// The `pct`-th percentile (0..=100) in µs, or None when empty.
+    pub(crate) fn percentile(&self, pct: f64) -> Option<u64> {
+        if self.total == 0 {
+            return None;
+        }
+        let want = ((pct.clamp(0.0, 100.0) / 100.0) * self.total as f64).ceil().max(1.0) as u64;
+        let mut seen = 0u64;
+        for (i, &c) in self.counts.iter().enumerate() {
+            seen += u64::from(c);
+            if seen >= want {
+                return Some(value_of(i));
+            }
+        }
+        Some(value_of(BUCKETS - 1))
+    }
+}
+
+/// Latency of one volume over the current period, the last full period and all time.
+#[derive(Debug, Default)]
+pub(crate) struct LatencyWindows {
+    period: u64,
+    current: Histogram,
+    last: Histogram,
+    pub all: Histogram,
+}
+
+impl LatencyWindows {
+    /// Move to planner period `period` if it changed since the last call.
+    pub(crate) fn rotate(&mut self, period: u64) {
+        if period == self.period {
+            return;
+        }
+        if period == self.period.wrapping_add(1) {
+            std::mem::swap(&mut self.last, &mut self.current);
+        } else {
+            self.last.clear();
+        }
+        self.current.clear();
+        self.period = period;
+    }
+
+    pub(crate) fn record(&mut self, period: u64, us: u64) {
+        self.rotate(period);
+        self.current.record(us);
+        self.all.record(us);
+    }
+
+    pub(crate) fn last(&self) -> &Histogram {
+        &self.last
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_monotonic_and_bounded() {
+        let mut prev = 0;
+        for v in (0..100_000u64).chain([u64::MAX / 2, u64::MAX]) {
+            let b = bucket_of(v);
+            assert!(b >= prev && b < BUCKETS);
+            prev = b;
+        }
+        for v in [1u64, 7, 8, 100, 1000, 123_456, 1 << 30] {
+            let back = value_of(bucket_of(v));
+            assert!(back.abs_diff(v) * 8 <= v.max(8), "{v} -> {back}");
+        }
+    }
+
+    #[test]
+    fn percentiles() {
+        let mut h = Histogram::default();
+        assert_eq!(h.percentile(50.0), None);
+        for v in 1..=100u64 {
+            h.record(v * 10);
+        }
+        let p50 = h.percentile(50.0).unwrap();
+        let p99 = h.percentile(99.0).unwrap();
+        assert!((440..=560).contains(&p50), "{p50}");
+        assert!((880..=1100).contains(&p99), "{p99}");
+    }
+
+    #[test]
+    fn windows_rotate_per_period() {
+        let mut w = LatencyWindows::default();
+        w.record(0, 10);
+        w.record(1, 20);
+        assert_eq!(w.last().count(), 1);
+        w.rotate(5);
+        assert_eq!(w.last().count(), 0, "a gap leaves no last period");
+        assert_eq!(w.all.count(), 2);
+    }
+}

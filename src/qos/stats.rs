@@ -1,0 +1,109 @@
+//! Statistics snapshots (spec H): what operators and the simulator look at.
+//!
+//! Percentages are plain `f64` percent (0..=100, vrate up to 10 000); raw fixed-point
+//! values (×65536) are included for exact comparisons.
+
+use serde::Serialize;
+
+/// One volume.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct VolumeStats {
+    /// Volume name.
+    pub name: String,
+    /// Configured weight (1..=10000).
+    pub weight: u32,
+    /// Active (counted in hweights) right now.
+    pub active: bool,
+    /// Fair share of the device, percent.
+    pub hweight_active: f64,
+    /// Share the volume is charged against, percent (< hweight_active while donating).
+    pub hweight_inuse: f64,
+    /// Share currently donated to others (hweight_active − hweight_inuse), percent.
+    pub donated: f64,
+    /// Raw `hweight_active` (×65536).
+    pub hweight_active_raw: u32,
+    /// Raw `hweight_inuse` (×65536).
+    pub hweight_inuse_raw: u32,
+    /// Raw `inuse` weight (×65536).
+    pub inuse_raw: u32,
+    /// Device time used over the last planning period, percent of the period.
+    pub usage_pct: f64,
+    /// Device time used since start, µs (at the modelled speed × vrate).
+    pub usage_us: u64,
+    /// Time during which the volume had a throttled request, µs.
+    pub wait_us: u64,
+    /// Requests that had to wait at least once (FIFO heads seen by the core).
+    pub throttled: u64,
+    /// Reads admitted.
+    pub read_ios: u64,
+    /// Bytes read admitted.
+    pub read_bytes: u64,
+    /// Writes admitted.
+    pub write_ios: u64,
+    /// Bytes written admitted.
+    pub write_bytes: u64,
+    /// Flush, discard and write-zeroes requests admitted.
+    pub other_ios: u64,
+    /// Reads and writes that met the latency target (device latency minus transfer time).
+    pub lat_met: u64,
+    /// Reads and writes that missed it.
+    pub lat_missed: u64,
+    /// Device latency (admitted → completed) p50 over the last period, µs.
+    pub lat_p50_us_period: Option<u64>,
+    /// p99 over the last period, µs.
+    pub lat_p99_us_period: Option<u64>,
+    /// p50 since start, µs.
+    pub lat_p50_us: Option<u64>,
+    /// p99 since start, µs.
+    pub lat_p99_us: Option<u64>,
+}
+
+/// What the planner saw and decided in one period.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PeriodRecord {
+    /// When the period ended, ns on the QoS clock.
+    pub at_ns: u64,
+    /// Base vrate before the adjustment, ppm of 100 %.
+    pub vrate_before_ppm: u64,
+    /// Base vrate after the adjustment, ppm of 100 %.
+    pub vrate_after_ppm: u64,
+    /// busy_level after the update.
+    pub busy_level: i32,
+    /// Missed-latency ppm, `[read, write]`.
+    pub missed_ppm: [u32; 2],
+    /// Time requests waited for a device slot, percent of the period (can exceed 100).
+    pub rq_wait_pct: u32,
+    /// Reads and writes completed in the period.
+    pub nr_done: u64,
+    /// Volumes with IO in flight for more than a period.
+    pub nr_lagging: u32,
+    /// Volumes short of budget.
+    pub nr_shortages: u32,
+    /// Volumes donating.
+    pub nr_donors: u32,
+    /// Active volumes at the end of the period.
+    pub nr_active: u32,
+}
+
+/// One device.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct DeviceStats {
+    /// Throttling enabled.
+    pub enabled: bool,
+    /// Some volume is active (the planner is running).
+    pub running: bool,
+    /// Base vrate, percent of the cost model's speed.
+    pub vrate_pct: f64,
+    /// Current busy_level (−1000..=1000; > 0 saturated, < 0 starved).
+    pub busy_level: i32,
+    /// Planning period, µs.
+    pub period_us: u64,
+    /// Missed-latency ppm of the last period, `[read, write]`.
+    pub missed_ppm: [u32; 2],
+    /// rq-wait percent of the last period.
+    pub rq_wait_pct: u32,
+    /// The last planner run.
+    pub last_period: PeriodRecord,
+    /// Per-volume statistics.
+    pub volumes: Vec<VolumeStats>,
+}

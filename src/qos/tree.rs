@@ -1,0 +1,202 @@
+//! The weight tree of one device: root → groups (nested) → volumes.
+//!
+//! Only volumes (leaves) issue IO and are throttled; groups exist to divide the device
+//! hierarchically. The tree's structure never changes after a node is added, so each
+//! volume keeps its root-to-leaf path of [`NodeWeights`] and can compute its hweights
+//! without the lock.
+//!
+//! Weight propagation (spec E.4): when a volume becomes active, goes idle or changes its
+//! `inuse`, the change is pushed up the tree. Each parent's child sums are adjusted and
+//! the parent's own `active`/`inuse` recomputed (`active` = weight while any child is
+//! active, `inuse` scaled by the fraction of its children's weight still in use); the walk
+//! stops at the first ancestor that did not change. Any change marks the weights
+//! updated; [`Tree::commit_weights`] then bumps the generation so cached hweights
+//! everywhere are recomputed.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed, Ordering::Release};
+use std::sync::Arc;
+
+use crate::cost_model::vtime::{cdiv_wide, vdiff, WEIGHT_ONE};
+
+use super::volume::VolumeCore;
+use super::weights::{NodeWeights, WEIGHT_DEFAULT};
+
+/// Index of a node in the tree's arena. The root is 0.
+pub(crate) type NodeId = usize;
+
+/// Root node id.
+pub(crate) const ROOT: NodeId = 0;
+
+/// Per-node state that only the lock holder touches.
+#[derive(Debug)]
+pub(crate) struct TreeNode {
+    pub name: String,
+    pub level: usize,
+    /// `[root, ..., self]`.
+    pub ancestors: Vec<NodeId>,
+    pub weights: Arc<NodeWeights>,
+    /// Set for volumes (leaves).
+    pub volume: Option<Arc<VolumeCore>>,
+    /// `inuse` before the most recent propagation; restored on reactivation.
+    pub last_inuse: u32,
+    /// Cumulative device time used by this subtree, µs.
+    pub usage_us: u64,
+    // --- planner bookkeeping for volumes ---
+    pub activated_at_ns: u64,
+    pub last_abs_vusage: u64,
+    pub usage_delta_us: u64,
+    pub last_met: [u32; 2],
+    pub last_missed: [u32; 2],
+    pub last_rq_wait_ns: u64,
+    // --- donation scratch (spec G.6), valid during one planner run ---
+    pub hweight_donating: u32,
+    pub hweight_after: u32,
+    pub stamp: u64,
+    pub b: u64,
+    pub b_prime: u64,
+    pub t: u64,
+    pub t_prime: u64,
+    pub child_adjusted_sum: u64,
+}
+
+impl TreeNode {
+    fn new(name: String, parent: Option<&TreeNode>, id: NodeId, weights: Arc<NodeWeights>) -> Self {
+        let mut ancestors = parent.map(|p| p.ancestors.clone()).unwrap_or_default();
+        ancestors.push(id);
+        TreeNode {
+            name,
+            level: ancestors.len() - 1,
+            ancestors,
+            weights,
+            volume: None,
+            last_inuse: 0,
+            usage_us: 0,
+            activated_at_ns: 0,
+            last_abs_vusage: 0,
+            usage_delta_us: 0,
+            last_met: [0; 2],
+            last_missed: [0; 2],
+            last_rq_wait_ns: 0,
+            hweight_donating: 0,
+            hweight_after: 0,
+            stamp: 0,
+            b: 0,
+            b_prime: 0,
+            t: 0,
+            t_prime: 0,
+            child_adjusted_sum: 0,
+        }
+    }
+
+    pub(crate) fn parent(&self) -> Option<NodeId> {
+        self.level.checked_sub(1).map(|l| self.ancestors[l])
+    }
+}
+
+/// The arena of nodes plus a name index.
+#[derive(Debug)]
+pub(crate) struct Tree {
+    pub nodes: Vec<TreeNode>,
+    pub by_name: HashMap<String, NodeId>,
+    /// All volume node ids, in creation order.
+    pub volumes: Vec<NodeId>,
+    /// Some weight changed since the last [`Tree::commit_weights`].
+    pub weights_updated: bool,
+}
+
+impl Tree {
+    pub(crate) fn new() -> Self {
+        let root = TreeNode::new(String::new(), None, ROOT, Arc::new(NodeWeights::new(WEIGHT_DEFAULT)));
+        Tree {
+            nodes: vec![root],
+            by_name: HashMap::new(),
+            volumes: Vec::new(),
+            weights_updated: false,
+        }
+    }
+
+    /// Append a node under `parent`; returns its id.
+    pub(crate) fn add_node(&mut self, name: &str, parent: NodeId, weights: Arc<NodeWeights>) -> NodeId {
+        let id = self.nodes.len();
+        let node = TreeNode::new(name.to_owned(), Some(&self.nodes[parent]), id, weights);
+        self.nodes.push(node);
+        self.by_name.insert(name.to_owned(), id);
+        id
+    }
+
+    /// The root-to-node path of weight cells.
+    pub(crate) fn path(&self, id: NodeId) -> Box<[Arc<NodeWeights>]> {
+        self.nodes[id]
+            .ancestors
+            .iter()
+            .map(|&a| Arc::clone(&self.nodes[a].weights))
+            .collect()
+    }
+
+    /// Set a node's `active`/`inuse` and push the change up (spec E.4). `save_vnow`:
+    /// remember the volume's current budget as its `saved_margin` (the snapback
+    /// reference point).
+    pub(crate) fn propagate(&mut self, id: NodeId, active: u32, inuse: u32, save_vnow: Option<u64>) {
+        let node = &self.nodes[id];
+        let w = &node.weights;
+        let child_active_sum = w.child_active_sum.load(Relaxed);
+        let inuse = if node.volume.is_none() && child_active_sum != 0 {
+            // Inner node: inuse follows the children's inuse/active ratio.
+            let v = cdiv_wide(
+                u128::from(active) * u128::from(w.child_inuse_sum.load(Relaxed)),
+                u128::from(child_active_sum),
+            );
+            v.min(u64::from(active)) as u32
+        } else {
+            inuse.max(1).min(active)
+        };
+        let cur_active = w.active.load(Relaxed);
+        let cur_inuse = w.inuse.load(Relaxed);
+        if let (Some(vnow), Some(vol)) = (save_vnow, &node.volume) {
+            vol.saved_margin.store(vdiff(vnow, vol.vtime.load(Relaxed)), Relaxed);
+        }
+        self.nodes[id].last_inuse = cur_inuse;
+        if active == cur_active && inuse == cur_inuse {
+            return;
+        }
+        let (mut a, mut i) = (active, inuse);
+        let level = self.nodes[id].level;
+        for lvl in (0..level).rev() {
+            let p = &self.nodes[self.nodes[id].ancestors[lvl]].weights;
+            let c = &self.nodes[self.nodes[id].ancestors[lvl + 1]].weights;
+            let da = u64::from(a).wrapping_sub(u64::from(c.active.load(Relaxed)));
+            let di = u64::from(i).wrapping_sub(u64::from(c.inuse.load(Relaxed)));
+            // Signed deltas through wrapping arithmetic; the sums never go negative.
+            let pas = p.child_active_sum.load(Relaxed).wrapping_add(da);
+            let pis = p.child_inuse_sum.load(Relaxed).wrapping_add(di);
+            p.child_active_sum.store(pas, Relaxed);
+            p.child_inuse_sum.store(pis, Relaxed);
+            c.active.store(a, Relaxed);
+            c.inuse.store(i, Relaxed);
+            let pw = p.weight.load(Relaxed);
+            let (pa, pi) = if pas != 0 {
+                let pi = cdiv_wide(u128::from(pw) * u128::from(pis), u128::from(pas));
+                (pw, pi.min(u64::from(pw)) as u32)
+            } else {
+                (0, 0)
+            };
+            if pa == p.active.load(Relaxed) && pi == p.inuse.load(Relaxed) {
+                break;
+            }
+            (a, i) = (pa, pi);
+        }
+        self.weights_updated = true;
+    }
+
+    /// Publish pending weight changes: bump the generation so cached hweights refresh.
+    pub(crate) fn commit_weights(&mut self, gen: &AtomicU32) {
+        if self.weights_updated {
+            gen.fetch_add(1, Release);
+            self.weights_updated = false;
+        }
+    }
+}
+
+/// `W` as u64, for readability at call sites.
+pub(crate) const W: u64 = WEIGHT_ONE as u64;

@@ -1,0 +1,127 @@
+//! Runs the `vhost-iocost` binary on a config in a private temporary directory.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How long the daemon may take to start or stop before the test fails.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub struct DaemonProcess {
+    child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    /// Every line the daemon logged so far.
+    pub log: Arc<Mutex<Vec<String>>>,
+}
+
+impl DaemonProcess {
+    /// Writes `config` (relative paths are inside the temp dir) and starts the daemon; returns
+    /// once it logged that it is serving.
+    pub fn start(config: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        Self::start_in(dir, config)
+    }
+
+    /// Like `start`, reusing a directory (and so the backing file) from an earlier run.
+    pub fn start_in(dir: tempfile::TempDir, config: &str) -> Self {
+        std::fs::write(dir.path().join("config.toml"), config).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_vhost-iocost"))
+            .args(["run", "--config", "config.toml"])
+            .current_dir(dir.path())
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn vhost-iocost");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("vhost-iocost running") {
+                    let _ = ready_tx.send(true);
+                }
+                sink.lock().unwrap().push(line);
+            }
+            let _ = ready_tx.send(false);
+        });
+        let ready = ready_rx.recv_timeout(START_TIMEOUT).unwrap_or(false);
+        let d = DaemonProcess {
+            child: Some(child),
+            dir,
+            log,
+        };
+        assert!(ready, "daemon did not start; log:\n{}", d.log_text());
+        d
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn socket(&self, volume: &str) -> String {
+        self.path(&format!("{volume}.sock")).to_string_lossy().into_owned()
+    }
+
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    /// SIGTERM, then wait for exit; returns the status and the directory (for restarts).
+    pub fn stop(mut self) -> (ExitStatus, tempfile::TempDir) {
+        let mut child = self.child.take().unwrap();
+        // SAFETY: kill(2) on the PID of a child we own and have not reaped.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let status = wait_timeout(&mut child, START_TIMEOUT)
+            .unwrap_or_else(|| panic!("daemon did not exit after SIGTERM; log:\n{}", self.log_text()));
+        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
+        (status, dir)
+    }
+
+    pub fn file(&self, name: &str) -> Vec<u8> {
+        std::fs::read(self.path(name)).unwrap()
+    }
+}
+
+impl Drop for DaemonProcess {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().ok().flatten() {
+            return Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A config with one sparse backing file and the given `[[volume]]` tables.
+pub fn config(device_extra: &str, volumes: &str) -> String {
+    format!(
+        "[device]\npath = \"disk.img\"\ncreate_size = \"64MiB\"\n{device_extra}\n{volumes}"
+    )
+}
+
+/// A `[[volume]]` table with its socket named after the volume.
+pub fn volume(name: &str, offset_mib: u64, size_mib: u64, extra: &str) -> String {
+    format!(
+        "[[volume]]\nname = \"{name}\"\nsocket = \"{name}.sock\"\noffset = \"{offset_mib}MiB\"\nsize = \"{size_mib}MiB\"\n{extra}\n"
+    )
+}
+

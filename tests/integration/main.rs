@@ -1,0 +1,6 @@
+//! Integration tests: the real `vhost-iocost` binary driven by real vhost-user frontends
+//! (the `blkio` crate, and a raw in-process frontend for requests blkio will not send).
+
+mod client;
+mod daemon;
+mod data_path;
