@@ -6,14 +6,39 @@ use std::mem::MaybeUninit;
 #[derive(Clone, Copy, Debug)]
 pub enum Op {
     /// Read `len` bytes at disk offset `off` into the buffer at `buf`.
-    Read { off: u64, len: usize, buf: usize },
-    Write { off: u64, len: usize, buf: usize },
+    Read {
+        off: u64,
+        len: usize,
+        buf: usize,
+    },
+    Write {
+        off: u64,
+        len: usize,
+        buf: usize,
+    },
     Flush,
-    Discard { off: u64, len: u64 },
-    WriteZeroes { off: u64, len: u64, unmap: bool },
+    Discard {
+        off: u64,
+        len: u64,
+    },
+    WriteZeroes {
+        off: u64,
+        len: u64,
+        unmap: bool,
+    },
     /// Like Read/Write, but the buffer is split into `parts` iovecs (several segments).
-    ReadV { off: u64, len: usize, buf: usize, parts: usize },
-    WriteV { off: u64, len: usize, buf: usize, parts: usize },
+    ReadV {
+        off: u64,
+        len: usize,
+        buf: usize,
+        parts: usize,
+    },
+    WriteV {
+        off: u64,
+        len: usize,
+        buf: usize,
+        parts: usize,
+    },
 }
 
 pub struct Client {
@@ -28,10 +53,15 @@ pub struct Client {
 impl Client {
     /// Connects with `num_queues` queues and a shared buffer of `buf_len` bytes.
     pub fn connect(socket: &str, num_queues: usize, buf_len: usize) -> Self {
-        Self::try_connect(socket, num_queues, buf_len).unwrap_or_else(|e| panic!("connect {socket}: {e}"))
+        Self::try_connect(socket, num_queues, buf_len)
+            .unwrap_or_else(|e| panic!("connect {socket}: {e}"))
     }
 
-    pub fn try_connect(socket: &str, num_queues: usize, buf_len: usize) -> Result<Self, blkio::Error> {
+    pub fn try_connect(
+        socket: &str,
+        num_queues: usize,
+        buf_len: usize,
+    ) -> Result<Self, blkio::Error> {
         Self::open(socket, num_queues, buf_len, false)
     }
 
@@ -40,7 +70,12 @@ impl Client {
         Self::open(socket, 1, buf_len, true).unwrap_or_else(|e| panic!("connect {socket}: {e}"))
     }
 
-    fn open(socket: &str, num_queues: usize, buf_len: usize, read_only: bool) -> Result<Self, blkio::Error> {
+    fn open(
+        socket: &str,
+        num_queues: usize,
+        buf_len: usize,
+        read_only: bool,
+    ) -> Result<Self, blkio::Error> {
         let mut b = Blkio::new("virtio-blk-vhost-user")?;
         b.set_str("path", socket)?;
         b.set_bool("read-only", read_only)?;
@@ -72,23 +107,57 @@ impl Client {
         let q = &mut self.queues[queue];
         match op {
             // SAFETY (pointer arithmetic): callers keep buf + len inside the region.
-            Op::Read { off, len, buf } => q.read(off, unsafe { base.add(buf) }, len, user_data, ReqFlags::empty()),
-            Op::Write { off, len, buf } => q.write(off, unsafe { base.add(buf) }, len, user_data, ReqFlags::empty()),
+            Op::Read { off, len, buf } => q.read(
+                off,
+                unsafe { base.add(buf) },
+                len,
+                user_data,
+                ReqFlags::empty(),
+            ),
+            Op::Write { off, len, buf } => q.write(
+                off,
+                unsafe { base.add(buf) },
+                len,
+                user_data,
+                ReqFlags::empty(),
+            ),
             Op::Flush => q.flush(user_data, ReqFlags::empty()),
             Op::Discard { off, len } => q.discard(off, len, user_data, ReqFlags::empty()),
             Op::WriteZeroes { off, len, unmap } => {
-                let flags = if unmap { ReqFlags::empty() } else { ReqFlags::NO_UNMAP };
+                let flags = if unmap {
+                    ReqFlags::empty()
+                } else {
+                    ReqFlags::NO_UNMAP
+                };
                 q.write_zeroes(off, len, user_data, flags)
             }
-            Op::ReadV { off, len, buf, parts } | Op::WriteV { off, len, buf, parts } => {
+            Op::ReadV {
+                off,
+                len,
+                buf,
+                parts,
+            }
+            | Op::WriteV {
+                off,
+                len,
+                buf,
+                parts,
+            } => {
                 // Split into `parts` 512-byte-multiple pieces (the last takes the rest).
                 let piece = (len / parts / 512).max(1) * 512;
                 let mut iov = Vec::new();
                 let mut at = 0;
                 while at < len {
-                    let n = if iov.len() + 1 == parts { len - at } else { piece.min(len - at) };
+                    let n = if iov.len() + 1 == parts {
+                        len - at
+                    } else {
+                        piece.min(len - at)
+                    };
                     // SAFETY: inside the region, as above.
-                    iov.push(libc::iovec { iov_base: unsafe { base.add(buf + at) }.cast(), iov_len: n });
+                    iov.push(libc::iovec {
+                        iov_base: unsafe { base.add(buf + at) }.cast(),
+                        iov_len: n,
+                    });
                     at += n;
                 }
                 let (ptr, cnt) = (iov.as_ptr(), iov.len() as u32);
@@ -106,7 +175,8 @@ impl Client {
     /// Waits for `n` completions on `queue`: (user_data, ret) with ret 0 or -errno.
     pub fn wait(&mut self, queue: usize, n: usize) -> Vec<(usize, i32)> {
         let mut out = Vec::with_capacity(n);
-        let mut comps: Vec<MaybeUninit<Completion>> = (0..n.max(1)).map(|_| MaybeUninit::uninit()).collect();
+        let mut comps: Vec<MaybeUninit<Completion>> =
+            (0..n.max(1)).map(|_| MaybeUninit::uninit()).collect();
         while out.len() < n {
             let want = n - out.len();
             let got = self.queues[queue]

@@ -65,7 +65,9 @@ impl DaemonProcess {
     }
 
     pub fn socket(&self, volume: &str) -> String {
-        self.path(&format!("{volume}.sock")).to_string_lossy().into_owned()
+        self.path(&format!("{volume}.sock"))
+            .to_string_lossy()
+            .into_owned()
     }
 
     pub fn log_text(&self) -> String {
@@ -77,8 +79,12 @@ impl DaemonProcess {
         let mut child = self.child.take().unwrap();
         // SAFETY: kill(2) on the PID of a child we own and have not reaped.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let status = wait_timeout(&mut child, START_TIMEOUT)
-            .unwrap_or_else(|| panic!("daemon did not exit after SIGTERM; log:\n{}", self.log_text()));
+        let status = wait_timeout(&mut child, START_TIMEOUT).unwrap_or_else(|| {
+            panic!(
+                "daemon did not exit after SIGTERM; log:\n{}",
+                self.log_text()
+            )
+        });
         let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
         (status, dir)
     }
@@ -113,9 +119,7 @@ fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
 
 /// A config with one sparse backing file and the given `[[volume]]` tables.
 pub fn config(device_extra: &str, volumes: &str) -> String {
-    format!(
-        "[device]\npath = \"disk.img\"\ncreate_size = \"64MiB\"\n{device_extra}\n{volumes}"
-    )
+    format!("[device]\npath = \"disk.img\"\ncreate_size = \"64MiB\"\n{device_extra}\n{volumes}")
 }
 
 /// A `[[volume]]` table with its socket named after the volume.
@@ -124,4 +128,3 @@ pub fn volume(name: &str, offset_mib: u64, size_mib: u64, extra: &str) -> String
         "[[volume]]\nname = \"{name}\"\nsocket = \"{name}.sock\"\noffset = \"{offset_mib}MiB\"\nsize = \"{size_mib}MiB\"\n{extra}\n"
     )
 }
-

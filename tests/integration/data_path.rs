@@ -29,7 +29,12 @@ fn random_writes_read_back_with_several_segments() {
         let op = if i % 2 == 0 {
             Op::Write { off, len, buf: 0 }
         } else {
-            Op::WriteV { off, len, buf: 0, parts: 3 }
+            Op::WriteV {
+                off,
+                len,
+                buf: 0,
+                parts: 3,
+            }
         };
         assert_eq!(c.run(op), 0, "write {len} bytes at {off}");
         written.push((off, len, i));
@@ -43,9 +48,18 @@ fn random_writes_read_back_with_several_segments() {
     for (k, &(off, len, _)) in written.iter().enumerate() {
         c.buf()[2 << 20..(2 << 20) + len].fill(0xEE);
         let op = if k % 2 == 0 {
-            Op::ReadV { off, len, buf: 2 << 20, parts: 4 }
+            Op::ReadV {
+                off,
+                len,
+                buf: 2 << 20,
+                parts: 4,
+            }
         } else {
-            Op::Read { off, len, buf: 2 << 20 }
+            Op::Read {
+                off,
+                len,
+                buf: 2 << 20,
+            }
         };
         assert_eq!(c.run(op), 0);
         assert!(
@@ -61,22 +75,79 @@ fn discard_and_write_zeroes_read_back_as_zeros() {
     let mut c = Client::connect(&d.socket("a"), 1, 1 << 20);
     c.buf().fill(0xAB);
     for off in [0, MIB, 2 * MIB] {
-        assert_eq!(c.run(Op::Write { off, len: 1 << 20, buf: 0 }), 0);
+        assert_eq!(
+            c.run(Op::Write {
+                off,
+                len: 1 << 20,
+                buf: 0
+            }),
+            0
+        );
     }
-    assert_eq!(c.run(Op::WriteZeroes { off: 4096, len: 8192, unmap: false }), 0);
-    assert_eq!(c.run(Op::WriteZeroes { off: MIB, len: 65536, unmap: true }), 0);
-    assert_eq!(c.run(Op::Discard { off: 2 * MIB, len: MIB }), 0);
-    assert_eq!(c.run(Op::Read { off: 0, len: 1 << 20, buf: 0 }), 0);
+    assert_eq!(
+        c.run(Op::WriteZeroes {
+            off: 4096,
+            len: 8192,
+            unmap: false
+        }),
+        0
+    );
+    assert_eq!(
+        c.run(Op::WriteZeroes {
+            off: MIB,
+            len: 65536,
+            unmap: true
+        }),
+        0
+    );
+    assert_eq!(
+        c.run(Op::Discard {
+            off: 2 * MIB,
+            len: MIB
+        }),
+        0
+    );
+    assert_eq!(
+        c.run(Op::Read {
+            off: 0,
+            len: 1 << 20,
+            buf: 0
+        }),
+        0
+    );
     let b = c.buf();
-    assert!(b[..4096].iter().all(|&x| x == 0xAB), "bytes before the zeroed range kept");
-    assert!(b[4096..12288].iter().all(|&x| x == 0), "write-zeroes range reads zero");
-    assert!(b[12288..].iter().all(|&x| x == 0xAB), "bytes after the zeroed range kept");
-    assert_eq!(c.run(Op::Read { off: MIB, len: 65536 + 512, buf: 0 }), 0);
+    assert!(
+        b[..4096].iter().all(|&x| x == 0xAB),
+        "bytes before the zeroed range kept"
+    );
+    assert!(
+        b[4096..12288].iter().all(|&x| x == 0),
+        "write-zeroes range reads zero"
+    );
+    assert!(
+        b[12288..].iter().all(|&x| x == 0xAB),
+        "bytes after the zeroed range kept"
+    );
+    assert_eq!(
+        c.run(Op::Read {
+            off: MIB,
+            len: 65536 + 512,
+            buf: 0
+        }),
+        0
+    );
     let b = c.buf();
     assert!(b[..65536].iter().all(|&x| x == 0));
     assert!(b[65536..65536 + 512].iter().all(|&x| x == 0xAB));
     // The file backend punches a hole, so discarded data reads as zeros too.
-    assert_eq!(c.run(Op::Read { off: 2 * MIB, len: 1 << 20, buf: 0 }), 0);
+    assert_eq!(
+        c.run(Op::Read {
+            off: 2 * MIB,
+            len: 1 << 20,
+            buf: 0
+        }),
+        0
+    );
     assert!(c.buf()[..1 << 20].iter().all(|&x| x == 0));
 }
 
@@ -87,30 +158,91 @@ fn filling_one_volume_never_touches_its_neighbour() {
     for i in 0..8u64 {
         let data = pattern(i * MIB, 1 << 20, 0xB);
         b.buf().copy_from_slice(&data);
-        assert_eq!(b.run(Op::Write { off: i * MIB, len: 1 << 20, buf: 0 }), 0);
+        assert_eq!(
+            b.run(Op::Write {
+                off: i * MIB,
+                len: 1 << 20,
+                buf: 0
+            }),
+            0
+        );
     }
     let mut a = Client::connect(&d.socket("a"), 1, 1 << 20);
     a.buf().fill(0xA5);
     for i in 0..8u64 {
-        assert_eq!(a.run(Op::Write { off: i * MIB, len: 1 << 20, buf: 0 }), 0);
+        assert_eq!(
+            a.run(Op::Write {
+                off: i * MIB,
+                len: 1 << 20,
+                buf: 0
+            }),
+            0
+        );
     }
     // Requests that end past A's end fail, whether they start inside or outside it.
-    assert_eq!(a.run(Op::Write { off: 8 * MIB - 512, len: 1024, buf: 0 }), EIO);
-    assert_eq!(a.run(Op::Read { off: 8 * MIB - 4096, len: 8192, buf: 0 }), EIO);
-    assert_eq!(a.run(Op::Write { off: 8 * MIB, len: 512, buf: 0 }), EIO);
-    assert_eq!(a.run(Op::Read { off: u64::MAX - 511, len: 512, buf: 0 }), EIO);
-    assert_eq!(a.run(Op::Discard { off: 8 * MIB - 512, len: 4096 }), EIO);
+    assert_eq!(
+        a.run(Op::Write {
+            off: 8 * MIB - 512,
+            len: 1024,
+            buf: 0
+        }),
+        EIO
+    );
+    assert_eq!(
+        a.run(Op::Read {
+            off: 8 * MIB - 4096,
+            len: 8192,
+            buf: 0
+        }),
+        EIO
+    );
+    assert_eq!(
+        a.run(Op::Write {
+            off: 8 * MIB,
+            len: 512,
+            buf: 0
+        }),
+        EIO
+    );
+    assert_eq!(
+        a.run(Op::Read {
+            off: u64::MAX - 511,
+            len: 512,
+            buf: 0
+        }),
+        EIO
+    );
+    assert_eq!(
+        a.run(Op::Discard {
+            off: 8 * MIB - 512,
+            len: 4096
+        }),
+        EIO
+    );
     assert_eq!(a.run(Op::Flush), 0);
     // B is unchanged, seen from B and in the backing file itself.
     for i in 0..8u64 {
-        assert_eq!(b.run(Op::Read { off: i * MIB, len: 1 << 20, buf: 0 }), 0);
-        assert!(b.buf() == pattern(i * MIB, 1 << 20, 0xB).as_slice(), "B's MiB {i} changed");
+        assert_eq!(
+            b.run(Op::Read {
+                off: i * MIB,
+                len: 1 << 20,
+                buf: 0
+            }),
+            0
+        );
+        assert!(
+            b.buf() == pattern(i * MIB, 1 << 20, 0xB).as_slice(),
+            "B's MiB {i} changed"
+        );
     }
     let file = d.file("disk.img");
     assert!(file[..8 << 20].iter().all(|&x| x == 0xA5), "A filled");
     for i in 0..8u64 {
         let at = (8 + i as usize) << 20;
-        assert!(file[at..at + (1 << 20)] == pattern(i * MIB, 1 << 20, 0xB), "file: B's MiB {i}");
+        assert!(
+            file[at..at + (1 << 20)] == pattern(i * MIB, 1 << 20, 0xB),
+            "file: B's MiB {i}"
+        );
     }
 }
 
@@ -119,15 +251,39 @@ fn daemon_keeps_serving_after_errors() {
     let d = two_volume_daemon();
     let mut c = Client::connect(&d.socket("b"), 1, 1 << 20);
     for _ in 0..100 {
-        assert_eq!(c.run(Op::Read { off: 16 * MIB, len: 4096, buf: 0 }), EIO);
+        assert_eq!(
+            c.run(Op::Read {
+                off: 16 * MIB,
+                len: 4096,
+                buf: 0
+            }),
+            EIO
+        );
     }
     c.buf()[..4096].fill(9);
-    assert_eq!(c.run(Op::Write { off: 0, len: 4096, buf: 0 }), 0);
-    assert_eq!(c.run(Op::Read { off: 0, len: 4096, buf: 4096 }), 0);
+    assert_eq!(
+        c.run(Op::Write {
+            off: 0,
+            len: 4096,
+            buf: 0
+        }),
+        0
+    );
+    assert_eq!(
+        c.run(Op::Read {
+            off: 0,
+            len: 4096,
+            buf: 4096
+        }),
+        0
+    );
     assert!(c.buf()[4096..8192].iter().all(|&x| x == 9));
     let log = d.log_text();
     let refusals = log.matches("refused request").count() + log.matches("request failed").count();
-    assert!((1..50).contains(&refusals), "warnings are rate-limited, got {refusals}:\n{log}");
+    assert!(
+        (1..50).contains(&refusals),
+        "warnings are rate-limited, got {refusals}:\n{log}"
+    );
 }
 
 #[test]
@@ -144,19 +300,41 @@ fn multi_queue_volume_serves_all_queues_at_once() {
                 let buf = (q * 16 + k) * chunk;
                 let data = pattern(off, chunk, q as u8);
                 c.buf()[buf..buf + chunk].copy_from_slice(&data);
-                c.submit(q, Op::Write { off, len: chunk, buf }, k);
+                c.submit(
+                    q,
+                    Op::Write {
+                        off,
+                        len: chunk,
+                        buf,
+                    },
+                    k,
+                );
             }
         }
         for q in 0..4 {
-            assert!(c.wait(q, 16).iter().all(|&(_, ret)| ret == 0), "queue {q} write failed");
+            assert!(
+                c.wait(q, 16).iter().all(|&(_, ret)| ret == 0),
+                "queue {q} write failed"
+            );
         }
     }
     for q in 0..4 {
         for k in 0..32 {
             let off = (q * per_queue + k * chunk) as u64;
-            c.submit(q, Op::Read { off, len: chunk, buf: q * chunk }, k);
+            c.submit(
+                q,
+                Op::Read {
+                    off,
+                    len: chunk,
+                    buf: q * chunk,
+                },
+                k,
+            );
             assert_eq!(c.wait(q, 1)[0].1, 0);
-            assert!(c.buf()[q * chunk..(q + 1) * chunk] == pattern(off, chunk, q as u8), "queue {q} chunk {k}");
+            assert!(
+                c.buf()[q * chunk..(q + 1) * chunk] == pattern(off, chunk, q as u8),
+                "queue {q} chunk {k}"
+            );
         }
     }
 }
@@ -167,8 +345,22 @@ fn unaligned_guest_buffers_go_through_the_bounce_buffer() {
     let mut c = Client::connect(&d.socket("a"), 1, 1 << 20);
     let data = pattern(12288, 8192, 3);
     c.buf()[1..8193].copy_from_slice(&data);
-    assert_eq!(c.run(Op::Write { off: 12288, len: 8192, buf: 1 }), 0);
-    assert_eq!(c.run(Op::Read { off: 12288, len: 8192, buf: 16387 }), 0);
+    assert_eq!(
+        c.run(Op::Write {
+            off: 12288,
+            len: 8192,
+            buf: 1
+        }),
+        0
+    );
+    assert_eq!(
+        c.run(Op::Read {
+            off: 12288,
+            len: 8192,
+            buf: 16387
+        }),
+        0
+    );
     assert!(c.buf()[16387..16387 + 8192] == data[..]);
     let file = d.file("disk.img");
     assert!(file[12288..12288 + 8192] == data[..]);
@@ -180,28 +372,73 @@ fn data_survives_a_reconnect() {
     {
         let mut c = Client::connect(&d.socket("a"), 2, 1 << 20);
         c.buf()[..65536].copy_from_slice(&pattern(MIB, 65536, 1));
-        assert_eq!(c.run(Op::Write { off: MIB, len: 65536, buf: 0 }), 0);
+        assert_eq!(
+            c.run(Op::Write {
+                off: MIB,
+                len: 65536,
+                buf: 0
+            }),
+            0
+        );
     }
     for round in 0..3u8 {
         let mut c = Client::connect(&d.socket("a"), 1, 1 << 20);
-        assert_eq!(c.run(Op::Read { off: MIB, len: 65536, buf: 0 }), 0, "round {round}");
-        assert!(c.buf()[..65536] == pattern(MIB, 65536, 1)[..], "round {round}");
+        assert_eq!(
+            c.run(Op::Read {
+                off: MIB,
+                len: 65536,
+                buf: 0
+            }),
+            0,
+            "round {round}"
+        );
+        assert!(
+            c.buf()[..65536] == pattern(MIB, 65536, 1)[..],
+            "round {round}"
+        );
     }
     // The other volume served throughout.
     let mut b = Client::connect(&d.socket("b"), 1, 4096);
-    assert_eq!(b.run(Op::Read { off: 0, len: 4096, buf: 0 }), 0);
+    assert_eq!(
+        b.run(Op::Read {
+            off: 0,
+            len: 4096,
+            buf: 0
+        }),
+        0
+    );
 }
 
 #[test]
 fn read_only_volume_is_advertised_read_only_and_serves_reads() {
     let d = DaemonProcess::start(&config("", &volume("ro", 0, 4, "read_only = true")));
-    let refused = Client::try_connect(&d.socket("ro"), 1, 4096).err().map(|e| e.to_string());
-    assert_eq!(refused.as_deref(), Some("Device is read-only"), "RO is advertised");
+    let refused = Client::try_connect(&d.socket("ro"), 1, 4096)
+        .err()
+        .map(|e| e.to_string());
+    assert_eq!(
+        refused.as_deref(),
+        Some("Device is read-only"),
+        "RO is advertised"
+    );
     let mut c = Client::connect_read_only(&d.socket("ro"), 4096);
-    assert_eq!(c.run(Op::Read { off: 0, len: 4096, buf: 0 }), 0);
+    assert_eq!(
+        c.run(Op::Read {
+            off: 0,
+            len: 4096,
+            buf: 0
+        }),
+        0
+    );
     // blkio refuses writes itself once it sees VIRTIO_BLK_F_RO; the daemon-side check is
     // covered by the raw-frontend tests.
-    assert_ne!(c.run(Op::Write { off: 0, len: 4096, buf: 0 }), 0);
+    assert_ne!(
+        c.run(Op::Write {
+            off: 0,
+            len: 4096,
+            buf: 0
+        }),
+        0
+    );
 }
 
 #[test]
@@ -212,13 +449,40 @@ fn null_device_serves_reads_and_writes() {
     let mut c = Client::connect(&d.socket("n"), 1, 1 << 20);
     assert_eq!(c.capacity, 1 << 30);
     for i in 0..64u64 {
-        c.submit(0, Op::Write { off: i * 8192, len: 4096, buf: 0 }, 0);
-        c.submit(0, Op::Read { off: i * 8192, len: 4096, buf: 4096 }, 1);
+        c.submit(
+            0,
+            Op::Write {
+                off: i * 8192,
+                len: 4096,
+                buf: 0,
+            },
+            0,
+        );
+        c.submit(
+            0,
+            Op::Read {
+                off: i * 8192,
+                len: 4096,
+                buf: 4096,
+            },
+            1,
+        );
     }
     assert!(c.wait(0, 128).iter().all(|&(_, r)| r == 0));
     assert_eq!(c.run(Op::Flush), 0);
-    assert_eq!(c.run(Op::Read { off: 1 << 30, len: 512, buf: 0 }), EIO, "range still checked");
-    assert!(!d.path("disk.img").exists(), "the null device creates no file");
+    assert_eq!(
+        c.run(Op::Read {
+            off: 1 << 30,
+            len: 512,
+            buf: 0
+        }),
+        EIO,
+        "range still checked"
+    );
+    assert!(
+        !d.path("disk.img").exists(),
+        "the null device creates no file"
+    );
 }
 
 #[test]
@@ -227,7 +491,15 @@ fn sigterm_completes_in_flight_io_and_exits_zero() {
     let sock = d.socket("a");
     let mut c = Client::connect(&sock, 1, 4 << 20);
     for k in 0..32 {
-        c.submit(0, Op::Write { off: k * 131072, len: 131072, buf: 0 }, k as usize);
+        c.submit(
+            0,
+            Op::Write {
+                off: k * 131072,
+                len: 131072,
+                buf: 0,
+            },
+            k as usize,
+        );
     }
     // Make blkio hand the requests to the daemon, then stop it with requests in flight.
     let first = c.wait(0, 1);
