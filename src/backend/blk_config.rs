@@ -57,7 +57,11 @@ impl BlkConfig {
         let put = |b: &mut [u8; 60], at: usize, bytes: &[u8]| {
             b[at..at + bytes.len()].copy_from_slice(bytes)
         };
-        put(&mut b, 0, &(self.capacity_bytes >> SECTOR_SHIFT).to_le_bytes()); // capacity
+        put(
+            &mut b,
+            0,
+            &(self.capacity_bytes >> SECTOR_SHIFT).to_le_bytes(),
+        ); // capacity
         put(&mut b, 12, &self.seg_max.to_le_bytes()); // seg_max (size_max at 8 unused)
         put(&mut b, 20, &self.blk_size.to_le_bytes()); // blk_size
         put(&mut b, 34, &self.num_queues.to_le_bytes()); // num_queues
@@ -77,7 +81,9 @@ impl BlkConfig {
         let full = self.encode();
         let mut out = vec![0u8; size as usize];
         let start = (offset as usize).min(full.len());
-        let end = (offset as usize).saturating_add(size as usize).min(full.len());
+        let end = (offset as usize)
+            .saturating_add(size as usize)
+            .min(full.len());
         out[..end - start].copy_from_slice(&full[start..end]);
         out
     }

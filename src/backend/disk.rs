@@ -47,7 +47,10 @@ impl HostDisk {
                 direct: false,
             });
         }
-        let path = cfg.path.clone().expect("validated: file devices have a path");
+        let path = cfg
+            .path
+            .clone()
+            .expect("validated: file devices have a path");
         let io_err = |what, source| DiskError::Io {
             path: path.clone(),
             what,
@@ -114,7 +117,13 @@ fn direct_io_alignment(file: &File, is_block_device: bool) -> (u64, u64) {
     // SAFETY: fd is open, the empty path with AT_EMPTY_PATH refers to it, and stx is a valid
     // out-pointer for the duration of the call.
     let rc = unsafe {
-        libc::statx(fd, c"".as_ptr(), libc::AT_EMPTY_PATH, STATX_DIOALIGN, &mut stx)
+        libc::statx(
+            fd,
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            STATX_DIOALIGN,
+            &mut stx,
+        )
     };
     if rc == 0 && stx.stx_mask & STATX_DIOALIGN != 0 && stx.stx_dio_offset_align != 0 {
         let offset = u64::from(stx.stx_dio_offset_align).max(512);
@@ -132,7 +141,10 @@ impl HostDisk {
         if cfg.kind == DeviceKind::Null {
             return Ok((cfg.create_size.map_or(u64::MAX, |s| s.0), 512));
         }
-        let path = cfg.path.clone().expect("validated: file devices have a path");
+        let path = cfg
+            .path
+            .clone()
+            .expect("validated: file devices have a path");
         if !path.exists() {
             return match cfg.create_size {
                 Some(size) => Ok((size.0, 512)),

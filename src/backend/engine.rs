@@ -51,7 +51,8 @@ impl Engine {
         }
         let completion_evt = EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC)?;
         // The plain variant (not _async) also signals inline completions.
-        ring.submitter().register_eventfd(completion_evt.as_raw_fd())?;
+        ring.submitter()
+            .register_eventfd(completion_evt.as_raw_fd())?;
         Ok(Engine {
             ring,
             has_file: file.is_some(),
@@ -74,7 +75,9 @@ impl Engine {
                 iovecs,
                 count,
                 offset,
-            } => opcode::Writev::new(fd, iovecs, count).offset(offset).build(),
+            } => opcode::Writev::new(fd, iovecs, count)
+                .offset(offset)
+                .build(),
             DeviceOp::Flush => opcode::Fsync::new(fd)
                 .flags(types::FsyncFlags::DATASYNC)
                 .build(),

@@ -114,10 +114,16 @@ pub enum RequestError {
     #[error("{0} data segments exceed seg_max {1}")]
     TooManySegments(usize, u32),
     #[error("sector {sector} + {len} bytes is outside the volume ({capacity} bytes)")]
-    OutOfRange { sector: u64, len: u64, capacity: u64 },
+    OutOfRange {
+        sector: u64,
+        len: u64,
+        capacity: u64,
+    },
     #[error("write to a read-only volume")]
     ReadOnly,
-    #[error("discard/write-zeroes payload of {0} bytes (exactly one 16-byte segment is supported)")]
+    #[error(
+        "discard/write-zeroes payload of {0} bytes (exactly one 16-byte segment is supported)"
+    )]
     BadSegmentPayload(u64),
     #[error("discard/write-zeroes of {0} sectors exceeds the limit of {1}")]
     SegmentTooLarge(u32, u32),
@@ -129,9 +135,9 @@ impl RequestError {
     /// The virtio status byte for this error, or `None` when there is nowhere to put it.
     pub fn status(&self) -> Option<u8> {
         match self {
-            RequestError::NoStatus | RequestError::ReadableAfterWritable | RequestError::BrokenChain => {
-                None
-            }
+            RequestError::NoStatus
+            | RequestError::ReadableAfterWritable
+            | RequestError::BrokenChain => None,
             RequestError::Unsupported(_) | RequestError::UnsupportedFlags(_) => {
                 Some(VIRTIO_BLK_S_UNSUPP as u8)
             }
@@ -150,8 +156,14 @@ fn split_front(segments: &[Segment], mut n: u64) -> (Vec<Segment>, Vec<Segment>)
             front.push(*s);
             n -= len;
         } else if n > 0 {
-            front.push(Segment { addr: s.addr, len: n as u32 });
-            back.push(Segment { addr: s.addr + n, len: s.len - n as u32 });
+            front.push(Segment {
+                addr: s.addr,
+                len: n as u32,
+            });
+            back.push(Segment {
+                addr: s.addr + n,
+                len: s.len - n as u32,
+            });
             n = 0;
         } else if s.len > 0 {
             back.push(*s);
@@ -295,7 +307,10 @@ pub fn parse(
                     return Err(RequestError::UnsupportedFlags(flags));
                 }
                 let unmap = flags & VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP != 0;
-                (RequestKind::WriteZeroes { unmap }, limits.max_write_zeroes_sectors)
+                (
+                    RequestKind::WriteZeroes { unmap },
+                    limits.max_write_zeroes_sectors,
+                )
             };
             if num_sectors == 0 {
                 return Err(RequestError::BadLength(0));
@@ -321,7 +336,9 @@ fn check_range(sector: u64, len: u64, capacity: u64) -> Result<u64, RequestError
         len,
         capacity,
     };
-    let offset = sector.checked_mul(SECTOR_SIZE).ok_or(out_of_range.clone())?;
+    let offset = sector
+        .checked_mul(SECTOR_SIZE)
+        .ok_or(out_of_range.clone())?;
     let end = offset.checked_add(len).ok_or(out_of_range.clone())?;
     if end > capacity {
         return Err(out_of_range);

@@ -34,7 +34,11 @@ impl<A: Admission> VolumeServer<A> {
             std::fs::create_dir_all(dir)?;
         }
         let listener = Listener::new(&volume.socket, true).map_err(|e| {
-            io::Error::other(format!("volume {}: cannot listen on {}: {e}", volume.name, volume.socket.display()))
+            io::Error::other(format!(
+                "volume {}: cannot listen on {}: {e}",
+                volume.name,
+                volume.socket.display()
+            ))
         })?;
         let server = Arc::new(VolumeServer {
             volume,
@@ -73,9 +77,21 @@ impl<A: Admission> VolumeServer<A> {
         let tokens = backend.tokens();
         {
             let worker = backend.worker();
-            handler.register_listener(worker.completion_fd(), EventSet::IN, tokens.completion.into())?;
-            handler.register_listener(worker.timer.as_raw_fd(), EventSet::IN, tokens.timer.into())?;
-            handler.register_listener(worker.wake_evt.as_raw_fd(), EventSet::IN, tokens.wake.into())?;
+            handler.register_listener(
+                worker.completion_fd(),
+                EventSet::IN,
+                tokens.completion.into(),
+            )?;
+            handler.register_listener(
+                worker.timer.as_raw_fd(),
+                EventSet::IN,
+                tokens.timer.into(),
+            )?;
+            handler.register_listener(
+                worker.wake_evt.as_raw_fd(),
+                EventSet::IN,
+                tokens.wake.into(),
+            )?;
         }
         daemon.start(listener).map_err(daemon_error)?;
         VolumeCounters::add(&self.volume.counters.connections, 1);
@@ -108,7 +124,10 @@ impl<A: Admission> VolumeServer<A> {
     /// and answered, then its connection is closed.
     pub fn stop(&self) {
         self.stopping.store(true, Ordering::Release);
-        let conn = self.lock().as_ref().map(|c| (c.backend.clone(), c.shutdown.clone()));
+        let conn = self
+            .lock()
+            .as_ref()
+            .map(|c| (c.backend.clone(), c.shutdown.clone()));
         if let Some((backend, shutdown)) = conn {
             if let Err(e) = backend.drain_all() {
                 tracing::warn!(volume = %self.volume.name, "drain failed: {e}");

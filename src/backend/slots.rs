@@ -53,7 +53,8 @@ impl DeviceSlots {
     pub fn release(&self) {
         self.in_flight.fetch_sub(1, Ordering::AcqRel);
         if self.waiting.load(Ordering::Acquire) > 0 {
-            let woken = std::mem::take(&mut *self.waiters.lock().unwrap_or_else(|e| e.into_inner()));
+            let woken =
+                std::mem::take(&mut *self.waiters.lock().unwrap_or_else(|e| e.into_inner()));
             self.waiting.fetch_sub(woken.len(), Ordering::AcqRel);
             for w in woken {
                 let _ = w.write(1);

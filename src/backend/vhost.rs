@@ -14,7 +14,9 @@ use vhost::vhost_user::message::VhostUserProtocolFeatures;
 use vhost_user_backend::VhostUserBackend;
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic};
 use vmm_sys_util::epoll::EventSet;
-use vmm_sys_util::event::{new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier};
+use vmm_sys_util::event::{
+    new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
+};
 
 /// Epoll tokens beyond the queue indices (`num_queues` itself is reserved by the crate).
 #[derive(Clone, Copy, Debug)]
@@ -134,7 +136,13 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
         Ok(())
     }
 
-    fn handle_event(&self, device_event: u16, evset: EventSet, vrings: &[Vring], _thread: usize) -> io::Result<()> {
+    fn handle_event(
+        &self,
+        device_event: u16,
+        evset: EventSet,
+        vrings: &[Vring],
+        _thread: usize,
+    ) -> io::Result<()> {
         if evset != EventSet::IN {
             tracing::warn!(volume = %self.volume.name, device_event, ?evset, "unexpected epoll event");
         }
@@ -142,7 +150,12 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
         let t = self.tokens;
         match device_event {
             q if (q as usize) < vrings.len() => {
-                let mem = self.mem.read().unwrap_or_else(|e| e.into_inner()).memory().into_inner();
+                let mem = self
+                    .mem
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .memory()
+                    .into_inner();
                 worker.on_kick(vrings, q, &mem)
             }
             e if e == t.completion => worker.on_completion(vrings),

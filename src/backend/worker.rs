@@ -244,8 +244,19 @@ impl<A: Admission> Worker<A> {
                 }
                 // The spec: the ID is NUL-padded when shorter than 20 bytes; the guest's
                 // buffer is ours to fill up to its length, but it is zeroed by drivers.
-                let status = if written == serial.len() { VIRTIO_BLK_S_OK } else { VIRTIO_BLK_S_IOERR };
-                self.finish(queue, head, req.status_addr, status as u8, written as u32, mem);
+                let status = if written == serial.len() {
+                    VIRTIO_BLK_S_OK
+                } else {
+                    VIRTIO_BLK_S_IOERR
+                };
+                self.finish(
+                    queue,
+                    head,
+                    req.status_addr,
+                    status as u8,
+                    written as u32,
+                    mem,
+                );
                 return Popped::Answered;
             }
             RequestKind::Read => IoClass::Read,
@@ -273,7 +284,14 @@ impl<A: Admission> Worker<A> {
 
     /// Answers an invalid request with its status (or a zero-length used entry when there
     /// is no status byte to write) and logs it, rate-limited.
-    fn refuse(&mut self, queue: u16, head: u16, layout: &ChainLayout, e: RequestError, mem: &Arc<Mem>) {
+    fn refuse(
+        &mut self,
+        queue: u16,
+        head: u16,
+        layout: &ChainLayout,
+        e: RequestError,
+        mem: &Arc<Mem>,
+    ) {
         let c = &self.volume.counters;
         match e.status() {
             Some(s) if s == VIRTIO_BLK_S_IOERR as u8 => VolumeCounters::add(&c.errors, 1),
@@ -299,7 +317,15 @@ impl<A: Admission> Worker<A> {
     }
 
     /// Writes the status byte and puts the chain on the used ring.
-    fn finish(&mut self, queue: u16, head: u16, status_addr: u64, status: u8, written: u32, mem: &Mem) {
+    fn finish(
+        &mut self,
+        queue: u16,
+        head: u16,
+        status_addr: u64,
+        status: u8,
+        written: u32,
+        mem: &Mem,
+    ) {
         let status_ok = mem.write_obj(status, GuestAddress(status_addr)).is_ok();
         self.return_chain(queue, head, if status_ok { written + 1 } else { 0 });
     }
@@ -390,13 +416,21 @@ impl<A: Admission> Worker<A> {
         let op = match p.request.kind {
             RequestKind::Read | RequestKind::Write => {
                 let is_read = p.request.kind == RequestKind::Read;
-                if disk.direct && (host_offset % disk.block_size != 0 || p.request.len % disk.block_size != 0) {
+                if disk.direct
+                    && (host_offset % disk.block_size != 0 || p.request.len % disk.block_size != 0)
+                {
                     // O_DIRECT cannot do sub-block I/O; we do not read-modify-write.
-                    self.fail_unstarted(record, "offset or length not aligned to the host block size");
+                    self.fail_unstarted(
+                        record,
+                        "offset or length not aligned to the host block size",
+                    );
                     return Ok(());
                 }
                 if let Err(addr) = self.map_iovecs(&mut record, &p.request.data, is_read) {
-                    self.fail_unstarted(record, &format!("guest buffer {addr:#x} is not guest RAM"));
+                    self.fail_unstarted(
+                        record,
+                        &format!("guest buffer {addr:#x} is not guest RAM"),
+                    );
                     return Ok(());
                 }
                 if is_read {
@@ -404,9 +438,17 @@ impl<A: Admission> Worker<A> {
                 }
                 let (iovecs, count) = (record.iovecs.as_ptr(), record.iovecs.len() as u32);
                 if is_read {
-                    DeviceOp::Readv { iovecs, count, offset: host_offset }
+                    DeviceOp::Readv {
+                        iovecs,
+                        count,
+                        offset: host_offset,
+                    }
                 } else {
-                    DeviceOp::Writev { iovecs, count, offset: host_offset }
+                    DeviceOp::Writev {
+                        iovecs,
+                        count,
+                        offset: host_offset,
+                    }
                 }
             }
             RequestKind::Flush => DeviceOp::Flush,
@@ -426,21 +468,34 @@ impl<A: Admission> Worker<A> {
             },
             RequestKind::GetId => unreachable!("GET_ID is answered when popped"),
         };
-        let op = if disk.file.is_none() { DeviceOp::Nop } else { op };
+        let op = if disk.file.is_none() {
+            DeviceOp::Nop
+        } else {
+            op
+        };
         let slot = self.insert(record);
         self.engine.push(op, slot as u64)
     }
 
     /// Fills `record.iovecs` with host pointers for `data`, through a bounce buffer when the
     /// guest buffers break O_DIRECT alignment. Returns the bad guest address on failure.
-    fn map_iovecs(&self, record: &mut InFlight<A::Ticket>, data: &[Segment], is_read: bool) -> Result<(), u64> {
+    fn map_iovecs(
+        &self,
+        record: &mut InFlight<A::Ticket>,
+        data: &[Segment],
+        is_read: bool,
+    ) -> Result<(), u64> {
         let disk = &self.volume.shared.disk;
         let mut aligned = true;
         for seg in data {
-            for slice in record.mem.get_slices(GuestAddress(seg.addr), seg.len as usize) {
+            for slice in record
+                .mem
+                .get_slices(GuestAddress(seg.addr), seg.len as usize)
+            {
                 let slice = slice.map_err(|_| seg.addr)?;
                 let base = slice.ptr_guard_mut().as_ptr();
-                aligned &= (base as u64) % disk.mem_align == 0 && (slice.len() as u64) % disk.mem_align == 0;
+                aligned &= (base as u64) % disk.mem_align == 0
+                    && (slice.len() as u64) % disk.mem_align == 0;
                 record.iovecs.push(libc::iovec {
                     iov_base: base.cast(),
                     iov_len: slice.len(),
@@ -449,14 +504,18 @@ impl<A: Admission> Worker<A> {
         }
         if (disk.direct && !aligned) || record.iovecs.len() > IOV_MAX {
             let total: usize = data.iter().map(|s| s.len as usize).sum();
-            let mut buffer = BounceBuffer::zeroed(total, disk.mem_align.max(disk.block_size) as usize);
+            let mut buffer =
+                BounceBuffer::zeroed(total, disk.mem_align.max(disk.block_size) as usize);
             if is_read {
                 record.copy_back = data.to_vec();
             } else {
                 let mut at = 0;
                 for seg in data {
                     let dst = &mut buffer.as_mut_slice()[at..at + seg.len as usize];
-                    record.mem.read_slice(dst, GuestAddress(seg.addr)).map_err(|_| seg.addr)?;
+                    record
+                        .mem
+                        .read_slice(dst, GuestAddress(seg.addr))
+                        .map_err(|_| seg.addr)?;
                     at += seg.len as usize;
                 }
             }
@@ -520,11 +579,17 @@ impl<A: Admission> Worker<A> {
         index: usize,
     ) -> io::Result<Option<InFlight<A::Ticket>>> {
         let unsupported = result == -libc::EOPNOTSUPP || result == -libc::EINVAL;
-        if !(unsupported && matches!(record.kind, RequestKind::WriteZeroes { .. }) && record.bounce.is_none()) {
+        if !(unsupported
+            && matches!(record.kind, RequestKind::WriteZeroes { .. })
+            && record.bounce.is_none())
+        {
             return Ok(Some(record));
         }
         let disk = &self.volume.shared.disk;
-        let buffer = BounceBuffer::zeroed(record.io.len as usize, disk.mem_align.max(disk.block_size) as usize);
+        let buffer = BounceBuffer::zeroed(
+            record.io.len as usize,
+            disk.mem_align.max(disk.block_size) as usize,
+        );
         record.iovecs = vec![libc::iovec {
             iov_base: buffer.as_mut_ptr().cast(),
             iov_len: record.io.len as usize,
@@ -547,7 +612,9 @@ impl<A: Admission> Worker<A> {
         let vol = self.volume.clone();
         let c = &vol.counters;
         let expected = match record.kind {
-            RequestKind::Read | RequestKind::Write if vol.shared.disk.file.is_some() => record.io.len as i64,
+            RequestKind::Read | RequestKind::Write if vol.shared.disk.file.is_some() => {
+                record.io.len as i64
+            }
             _ => 0,
         };
         let mut ok = i64::from(result) == expected
@@ -583,10 +650,21 @@ impl<A: Admission> Worker<A> {
                 );
             }
         }
-        let status = if ok { VIRTIO_BLK_S_OK } else { VIRTIO_BLK_S_IOERR } as u8;
+        let status = if ok {
+            VIRTIO_BLK_S_OK
+        } else {
+            VIRTIO_BLK_S_IOERR
+        } as u8;
         let written = if ok { record.guest_written } else { 0 };
         let mem = record.mem.clone();
-        self.finish(record.queue, record.head, record.status_addr, status, written, &mem);
+        self.finish(
+            record.queue,
+            record.head,
+            record.status_addr,
+            status,
+            written,
+            &mem,
+        );
         vol.shared.slots.release();
         record.timing.completed_ns = monotonic_ns();
         if let Some(ticket) = record.ticket.take() {
@@ -603,7 +681,11 @@ impl<A: Admission> Worker<A> {
         loop {
             self.pump()?;
             let busy = self.fifo.iter().any(|p| mask & (1 << p.queue) != 0)
-                || self.inflight.iter().flatten().any(|r| mask & (1 << r.queue) != 0);
+                || self
+                    .inflight
+                    .iter()
+                    .flatten()
+                    .any(|r| mask & (1 << r.queue) != 0);
             if !busy {
                 return Ok(());
             }

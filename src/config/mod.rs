@@ -201,7 +201,10 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let d = &self.device;
         if d.kind == DeviceKind::File && d.path.is_none() {
-            return Err(invalid("device.path", "required when device.kind = \"file\""));
+            return Err(invalid(
+                "device.path",
+                "required when device.kind = \"file\"",
+            ));
         }
         if d.queue_depth == 0 || d.queue_depth > 65_536 {
             return Err(invalid(
@@ -296,7 +299,10 @@ impl Config {
             check_weight(&v.key(i, "weight"), v.weight)?;
             if let Some(group) = &v.group {
                 if !groups.contains(group.as_str()) && group != ROOT_GROUP {
-                    return Err(invalid(v.key(i, "group"), format!("unknown group `{group}`")));
+                    return Err(invalid(
+                        v.key(i, "group"),
+                        format!("unknown group `{group}`"),
+                    ));
                 }
             }
             if v.num_queues == 0 || v.num_queues > MAX_QUEUES {
@@ -344,9 +350,11 @@ impl Config {
             if v.size.0 == 0 {
                 return Err(invalid(v.key(i, "size"), "must not be zero"));
             }
-            let end = v.offset.0.checked_add(v.size.0).ok_or_else(|| {
-                invalid(v.key(i, "size"), "offset + size overflows 64 bits")
-            })?;
+            let end = v
+                .offset
+                .0
+                .checked_add(v.size.0)
+                .ok_or_else(|| invalid(v.key(i, "size"), "offset + size overflows 64 bits"))?;
             if end > device_size {
                 return Err(invalid(
                     v.key(i, "size"),
@@ -391,7 +399,11 @@ impl Config {
             d.kind, d.direct, d.queue_depth
         );
         if let (Some(size), Some(bs)) = (device_size, block_size) {
-            let _ = writeln!(out, "  size={} ({size} bytes) logical_block={bs}", ByteSize(size));
+            let _ = writeln!(
+                out,
+                "  size={} ({size} bytes) logical_block={bs}",
+                ByteSize(size)
+            );
         }
         if let Some(s) = &self.control.socket {
             let _ = writeln!(out, "control: socket={}", s.display());

@@ -10,12 +10,12 @@ pub struct ByteSize(pub u64);
 impl ByteSize {
     pub fn parse(text: &str) -> Result<Self, String> {
         let t = text.trim();
-        let split = t
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(t.len());
+        let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
         let (digits, unit) = t.split_at(split);
         if digits.is_empty() {
-            return Err(format!("`{text}` is not a size (expected e.g. \"4GiB\" or \"512\")"));
+            return Err(format!(
+                "`{text}` is not a size (expected e.g. \"4GiB\" or \"512\")"
+            ));
         }
         let n: u64 = digits
             .parse()

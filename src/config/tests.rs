@@ -54,7 +54,10 @@ fn unknown_keys_are_refused_with_their_name() {
 #[test]
 fn overlapping_ranges_are_refused() {
     let e = err_of(&BASE.replace("offset = \"256MiB\"", "offset = \"128MiB\""));
-    assert!(e.contains("volume[1] \"b\".offset") && e.contains("overlaps"), "{e}");
+    assert!(
+        e.contains("volume[1] \"b\".offset") && e.contains("overlaps"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -71,7 +74,10 @@ fn unaligned_offsets_and_sizes_are_refused() {
 fn ranges_past_the_device_end_are_refused() {
     let c = Config::parse(BASE).unwrap();
     let e = c.validate_layout(300 << 20, 512).unwrap_err().to_string();
-    assert!(e.contains("\"b\".size") && e.contains("past the end"), "{e}");
+    assert!(
+        e.contains("\"b\".size") && e.contains("past the end"),
+        "{e}"
+    );
     let e = err_of(&BASE.replace("offset = \"256MiB\"", "offset = \"18446744073709551104\""));
     assert!(e.contains("\"b\".size") && e.contains("overflows"), "{e}");
 }

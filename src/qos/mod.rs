@@ -1,1 +1,86 @@
-//! (being written)
+//! Proportional, work-conserving IO control in the style of Linux `blk-iocost`.
+//!
+//! # The idea
+//!
+//! Every request is priced by a device cost model ([`crate::cost_model`]) in *device
+//! time*. Each volume gets a weight, volumes are grouped in a tree, and a volume's share
+//! of the device is the product of its weight fractions among its active siblings on
+//! the way up (its *hierarchical weight*, hweight):
+//!
+//! ```text
+//!   root ─ A(100) ─ A0(100)      A0: 100/400 · 100/200 = 12.5 %
+//!        │        └ A1(100)      A1: 12.5 %
+//!        └ B(300)                B:  300/400            = 75 %
+//! ```
+//!
+//! The device runs a global virtual clock, `vnow`, which advances at `vrate` (100 % =
+//! one second of modelled device time per wall second). Each volume has a local clock,
+//! `vtime`, advanced by `abs_cost / hweight` for every request it issues: a volume with a
+//! 25 % share pays four times the device time. A request may go iff `vtime + cost ≤
+//! vnow`. The gap `vnow − vtime` is the volume's budget: it starts at half a planning
+//! period when a volume becomes active and is capped there, so an idle volume cannot
+//! bank credit and then flood the device.
+//!
+//! # Who decides what
+//!
+//! * The **issue path** ([`VolumeQos::admit`]) runs per request, takes no lock in the
+//!   common case, and answers "go now (charged)" or "wait until t". The data path parks
+//!   waiting requests in a per-volume FIFO; the core never queues.
+//! * The **planner** ([`QosDevice::plan`], implemented in [`crate::planner`]) runs once
+//!   per period. It measures how much of its budget each volume used, lets volumes that
+//!   do not need their share *donate* it to those that do (by lowering their `inuse`
+//!   weight, which raises everyone else's hweight), deactivates volumes that went idle,
+//!   and moves `vrate` up or down from completion latencies and device-slot waits. A
+//!   donor that needs its share back takes it back on the issue path immediately.
+//! * **vrate** absorbs the model's error: if the model is pessimistic the device has
+//!   spare capacity while volumes are throttled, and vrate rises; if it is optimistic,
+//!   latencies miss their target and vrate falls.
+//!
+//! # Files
+//!
+//! * [`clock`]: time sources; [`vclock`]: the global vtime;
+//! * [`config`] / [`params`]: `[device.qos]` and what is derived from it (period,
+//!   margins, vrate bounds);
+//! * [`weights`] / [`tree`]: weights, hweights and their propagation;
+//! * [`device`]: [`QosDevice`]; [`volume`]: [`VolumeQos`] and the issue path;
+//! * [`request`]: the request/decision types; [`stats`]: statistics snapshots.
+//!
+//! # Deviations from the kernel, in one place
+//!
+//! * FLUSH, DISCARD and WRITE_ZEROES are priced and throttled (they are free there).
+//! * No "must issue" class, so no debt, delay or debt forgiveness (spec F.7, G.10): every
+//!   guest request can wait. The kernel's debt machinery only serves swap, metadata and
+//!   merges, none of which exist here.
+//! * No automatic preset switching (spec C.4): the preset comes from configuration.
+//! * The core does not own wait queues or timers; it returns a retry time, and the
+//!   planner cannot kick waiters itself (the caller re-offers heads after each `plan`).
+//! * `plan()` may be called at any time and only runs when a period is due.
+//! * The busy_level guard of spec J.1 (no completions in a period) is implemented.
+//! * Latency and usage counters are per volume (atomics), not per CPU.
+
+pub mod clock;
+pub mod config;
+pub mod device;
+pub mod error;
+pub(crate) mod histogram;
+pub mod params;
+pub mod request;
+pub mod stats;
+pub(crate) mod tree;
+pub mod vclock;
+pub mod volume;
+pub(crate) mod weights;
+
+pub use crate::cost_model::{CostModel, IoKind};
+pub use clock::{Clock, ManualClock, MonotonicClock};
+pub use config::{DurationUs, QosConfig};
+pub use device::QosDevice;
+pub use error::QosError;
+pub use params::QosParams;
+pub use request::{Admission, Charge, IoRequest};
+pub use stats::{DeviceStats, PeriodRecord, VolumeStats};
+pub use volume::VolumeQos;
+pub use weights::{WEIGHT_DEFAULT, WEIGHT_MAX, WEIGHT_MIN};
+
+#[cfg(test)]
+mod tests;

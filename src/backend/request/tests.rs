@@ -53,7 +53,13 @@ fn read_with_separate_header_data_status() {
     assert_eq!(r.kind, RequestKind::Read);
     assert_eq!(r.offset, 4096);
     assert_eq!(r.len, 4096);
-    assert_eq!(r.data, vec![Segment { addr: 4096, len: 4096 }]);
+    assert_eq!(
+        r.data,
+        vec![Segment {
+            addr: 4096,
+            len: 4096
+        }]
+    );
     assert_eq!(r.status_addr, 100);
 }
 
@@ -70,7 +76,13 @@ fn header_and_status_may_share_descriptors_with_data() {
     m.header(0, VIRTIO_BLK_T_IN, 0);
     let l = layout(&[(0, 16, false), (4096, 513, true)]);
     let r = parse(&l, &LIMITS, m.read()).unwrap();
-    assert_eq!(r.data, vec![Segment { addr: 4096, len: 512 }]);
+    assert_eq!(
+        r.data,
+        vec![Segment {
+            addr: 4096,
+            len: 512
+        }]
+    );
     assert_eq!(r.status_addr, 4096 + 512);
 }
 
@@ -81,7 +93,10 @@ fn out_of_range_and_overflowing_sectors_are_ioerr() {
     for sector in [2048 - 7, 2048, u64::MAX / 512, u64::MAX] {
         m.header(0, VIRTIO_BLK_T_IN, sector);
         let e = parse(&l, &LIMITS, m.read()).unwrap_err();
-        assert!(matches!(e, RequestError::OutOfRange { .. }), "{sector}: {e}");
+        assert!(
+            matches!(e, RequestError::OutOfRange { .. }),
+            "{sector}: {e}"
+        );
         assert_eq!(e.status(), Some(VIRTIO_BLK_S_IOERR as u8));
     }
     m.header(0, VIRTIO_BLK_T_IN, 2048 - 8);
@@ -93,7 +108,10 @@ fn bad_lengths_directions_and_segment_counts_are_ioerr() {
     let mut m = Mem::new();
     m.header(0, VIRTIO_BLK_T_IN, 0);
     let odd = layout(&[(0, 16, false), (4096, 100, true), (100, 1, true)]);
-    assert_eq!(parse(&odd, &LIMITS, m.read()), Err(RequestError::BadLength(100)));
+    assert_eq!(
+        parse(&odd, &LIMITS, m.read()),
+        Err(RequestError::BadLength(100))
+    );
     // A read whose data is device-readable.
     let wrong = layout(&[(0, 16, false), (4096, 512, false), (100, 1, true)]);
     let e = parse(&wrong, &LIMITS, m.read()).unwrap_err();
@@ -104,7 +122,10 @@ fn bad_lengths_directions_and_segment_counts_are_ioerr() {
         l.push(4096 + i * 512, 512, true).unwrap();
     }
     l.push(100, 1, true).unwrap();
-    assert_eq!(parse(&l, &LIMITS, m.read()), Err(RequestError::TooManySegments(5, 4)));
+    assert_eq!(
+        parse(&l, &LIMITS, m.read()),
+        Err(RequestError::TooManySegments(5, 4))
+    );
 }
 
 #[test]
@@ -112,7 +133,10 @@ fn writes_to_read_only_volumes_are_ioerr() {
     let mut m = Mem::new();
     m.header(0, VIRTIO_BLK_T_OUT, 0);
     let l = layout(&[(0, 16, false), (4096, 512, false), (100, 1, true)]);
-    let ro = Limits { read_only: true, ..LIMITS };
+    let ro = Limits {
+        read_only: true,
+        ..LIMITS
+    };
     let e = parse(&l, &ro, m.read()).unwrap_err();
     assert_eq!(e, RequestError::ReadOnly);
     assert_eq!(e.status(), Some(VIRTIO_BLK_S_IOERR as u8));
@@ -136,7 +160,10 @@ fn missing_status_or_header_are_detected() {
     assert_eq!(e, RequestError::NoStatus);
     assert_eq!(e.status(), None);
     let short = layout(&[(0, 8, false), (100, 1, true)]);
-    assert_eq!(parse(&short, &LIMITS, m.read()), Err(RequestError::ShortHeader));
+    assert_eq!(
+        parse(&short, &LIMITS, m.read()),
+        Err(RequestError::ShortHeader)
+    );
     let unmapped = layout(&[(1 << 40, 16, false), (100, 1, true)]);
     assert!(matches!(
         parse(&unmapped, &LIMITS, m.read()),
@@ -144,7 +171,10 @@ fn missing_status_or_header_are_detected() {
     ));
     let mut l = ChainLayout::default();
     l.push(100, 1, true).unwrap();
-    assert_eq!(l.push(0, 16, false), Err(RequestError::ReadableAfterWritable));
+    assert_eq!(
+        l.push(0, 16, false),
+        Err(RequestError::ReadableAfterWritable)
+    );
 }
 
 fn discard_seg(m: &mut Mem, addr: u64, sector: u64, n: u32, flags: u32) {
@@ -168,7 +198,11 @@ fn discard_and_write_zeroes_segments_are_validated() {
     m.header(0, VIRTIO_BLK_T_DISCARD, 0);
     discard_seg(&mut m, 512, 0, 16, 1);
     let e = parse(&l, &LIMITS, m.read()).unwrap_err();
-    assert_eq!(e.status(), Some(VIRTIO_BLK_S_UNSUPP as u8), "discard with unmap flag");
+    assert_eq!(
+        e.status(),
+        Some(VIRTIO_BLK_S_UNSUPP as u8),
+        "discard with unmap flag"
+    );
 
     discard_seg(&mut m, 512, 0, u32::MAX, 0);
     assert!(matches!(
@@ -176,12 +210,21 @@ fn discard_and_write_zeroes_segments_are_validated() {
         Err(RequestError::SegmentTooLarge(..))
     ));
     discard_seg(&mut m, 512, 2040, 16, 0);
-    assert!(matches!(parse(&l, &LIMITS, m.read()), Err(RequestError::OutOfRange { .. })));
+    assert!(matches!(
+        parse(&l, &LIMITS, m.read()),
+        Err(RequestError::OutOfRange { .. })
+    ));
     discard_seg(&mut m, 512, u64::MAX, 16, 0);
-    assert!(matches!(parse(&l, &LIMITS, m.read()), Err(RequestError::OutOfRange { .. })));
+    assert!(matches!(
+        parse(&l, &LIMITS, m.read()),
+        Err(RequestError::OutOfRange { .. })
+    ));
 
     let two = layout(&[(0, 16, false), (512, 32, false), (100, 1, true)]);
-    assert_eq!(parse(&two, &LIMITS, m.read()), Err(RequestError::BadSegmentPayload(32)));
+    assert_eq!(
+        parse(&two, &LIMITS, m.read()),
+        Err(RequestError::BadSegmentPayload(32))
+    );
 }
 
 #[test]
@@ -191,8 +234,17 @@ fn get_id_and_flush_layouts() {
     let l = layout(&[(0, 16, false), (4096, 20, true), (100, 1, true)]);
     let r = parse(&l, &LIMITS, m.read()).unwrap();
     assert_eq!(r.kind, RequestKind::GetId);
-    assert_eq!(r.data, vec![Segment { addr: 4096, len: 20 }]);
+    assert_eq!(
+        r.data,
+        vec![Segment {
+            addr: 4096,
+            len: 20
+        }]
+    );
     m.header(0, VIRTIO_BLK_T_FLUSH, 0);
     let l = layout(&[(0, 16, false), (100, 1, true)]);
-    assert_eq!(parse(&l, &LIMITS, m.read()).unwrap().kind, RequestKind::Flush);
+    assert_eq!(
+        parse(&l, &LIMITS, m.read()).unwrap().kind,
+        RequestKind::Flush
+    );
 }
