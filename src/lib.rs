@@ -9,8 +9,9 @@
 
 pub mod backend;
 pub mod config;
-pub mod daemon;
 pub mod cost_model;
+pub mod daemon;
+pub mod loadgen;
 pub mod planner;
 pub mod qos;
 pub mod sim;

@@ -35,7 +35,8 @@ pub struct Engine {
     has_file: bool,
     /// Signalled by the kernel on every completion.
     pub completion_evt: EventFd,
-    completed: Vec<(u64, i32)>,
+    /// Entries pushed since the last submit: an empty submit is a wasted syscall.
+    unsubmitted: usize,
 }
 
 impl Engine {
@@ -57,7 +58,7 @@ impl Engine {
             ring,
             has_file: file.is_some(),
             completion_evt,
-            completed: Vec::with_capacity(entries as usize * 2),
+            unsubmitted: 0,
         })
     }
 
@@ -96,6 +97,7 @@ impl Engine {
             // SAFETY: the caller keeps the iovecs and the buffers they describe alive until
             // the completion for `user_data` is reaped (the in-flight table owns them).
             if unsafe { self.ring.submission().push(&entry) }.is_ok() {
+                self.unsubmitted += 1;
                 return Ok(());
             }
             // Submission queue full: hand what we have to the kernel and retry.
@@ -104,9 +106,15 @@ impl Engine {
     }
 
     pub fn submit(&mut self) -> io::Result<()> {
+        if self.unsubmitted == 0 {
+            return Ok(());
+        }
         loop {
             match self.ring.submit() {
-                Ok(_) => return Ok(()),
+                Ok(_) => {
+                    self.unsubmitted = 0;
+                    return Ok(());
+                }
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
                 // EBUSY: the completion queue is full; the caller reaps and submits again.
                 Err(e) if e.raw_os_error() == Some(libc::EBUSY) => return Ok(()),
@@ -118,19 +126,21 @@ impl Engine {
     /// Blocks until at least one completion is available.
     pub fn wait_for_completion(&mut self) -> io::Result<()> {
         match self.ring.submit_and_wait(1) {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                self.unsubmitted = 0;
+                Ok(())
+            }
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => Ok(()),
             Err(e) => Err(e),
         }
     }
 
-    /// Takes every completion posted so far as (user_data, result) pairs.
-    pub fn reap(&mut self) -> std::vec::Drain<'_, (u64, i32)> {
-        self.completed.clear();
+    /// Moves every completion posted so far, as (user_data, result) pairs, into `out`
+    /// (cleared first; reusing it avoids an allocation per batch).
+    pub fn reap_into(&mut self, out: &mut Vec<(u64, i32)>) {
+        out.clear();
         let mut cq = self.ring.completion();
         cq.sync();
-        self.completed
-            .extend(cq.map(|cqe| (cqe.user_data(), cqe.result())));
-        self.completed.drain(..)
+        out.extend(cq.map(|cqe| (cqe.user_data(), cqe.result())));
     }
 }

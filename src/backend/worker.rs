@@ -86,6 +86,8 @@ pub struct Worker<A: Admission> {
     /// Queues being stopped: no more pops, parked requests go without waiting.
     stopping: u64,
     warn: RateLimiter,
+    /// Scratch space for reaped completions.
+    reaped: Vec<(u64, i32)>,
 }
 
 /// Result of reading a request off the ring.
@@ -117,6 +119,7 @@ impl<A: Admission> Worker<A> {
             touched: 0,
             stopping: 0,
             warn: RateLimiter::new(Duration::from_secs(1)),
+            reaped: Vec::with_capacity(depth as usize),
             volume,
         })
     }
@@ -553,9 +556,10 @@ impl<A: Admission> Worker<A> {
 
     /// Reaps every posted completion. Returns how many there were.
     fn complete_ready(&mut self) -> io::Result<usize> {
-        let done: Vec<(u64, i32)> = self.engine.reap().collect();
+        let mut done = std::mem::take(&mut self.reaped);
+        self.engine.reap_into(&mut done);
         let n = done.len();
-        for (user_data, result) in done {
+        for &(user_data, result) in &done {
             let index = user_data as usize;
             let Some(record) = self.inflight.get_mut(index).and_then(Option::take) else {
                 tracing::error!(volume = %self.volume.name, user_data, "completion for an unknown request");
@@ -567,6 +571,7 @@ impl<A: Admission> Worker<A> {
                 self.complete_one(record, result, true);
             }
         }
+        self.reaped = done;
         Ok(n)
     }
 
@@ -711,7 +716,8 @@ impl<A: Admission> Drop for Worker<A> {
             if self.engine.wait_for_completion().is_err() {
                 break;
             }
-            let done: Vec<(u64, i32)> = self.engine.reap().collect();
+            let mut done = Vec::new();
+            self.engine.reap_into(&mut done);
             for (user_data, _) in done {
                 if let Some(slot) = self.inflight.get_mut(user_data as usize) {
                     if slot.take().is_some() {

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Data-path benchmark: 4 KiB random reads at QD1 and QD32 through the daemon (blkio client
+# via `vhost-iocost bench`) versus fio with io_uring + O_DIRECT directly on the same backing
+# file, and the null device at QD32. Prints the numbers recorded in BENCHMARKS.md.
+#   usage: scripts/bench-datapath.sh [RUNTIME_SECONDS]     (needs: fio)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runtime=${1:-10}
+work=$(mktemp -d /var/tmp/vhost-iocost-bench.XXXXXX)
+daemon_pid=
+cleanup() { [ -n "$daemon_pid" ] && kill "$daemon_pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"; }
+trap cleanup EXIT
+
+command -v fio >/dev/null || { echo "fio is required (apt-get install fio)"; exit 1; }
+cargo build --release --quiet
+bin=$PWD/target/release/vhost-iocost
+
+# A fully written 1 GiB file, so reads hit allocated blocks rather than holes.
+fio --name=fill --filename="$work/disk.img" --size=1G --rw=write --bs=1M --direct=1 \
+    --ioengine=io_uring --iodepth=8 --output=/dev/null
+
+start_daemon() { # $1 = config text
+    printf '%s\n' "$1" > "$work/config.toml"
+    (cd "$work" && exec "$bin" run --config config.toml 2>"$work/daemon.log") &
+    daemon_pid=$!
+    for _ in $(seq 100); do grep -q 'vhost-iocost running' "$work/daemon.log" 2>/dev/null && return; sleep 0.1; done
+    echo "daemon did not start:"; cat "$work/daemon.log"; exit 1
+}
+stop_daemon() { kill "$daemon_pid"; wait "$daemon_pid" || true; daemon_pid=; }
+
+fio_direct() { # $1 = iodepth
+    fio --name=direct --filename="$work/disk.img" --size=1G --rw=randread --bs=4k --direct=1 \
+        --ioengine=io_uring --iodepth="$1" --time_based --runtime="$runtime" --output-format=json |
+    python3 -c '
+import json, sys
+j = json.load(sys.stdin)["jobs"][0]["read"]
+p = j["clat_ns"]["percentile"]
+print("{:>10.0f} IOPS  p50={:.0f}us p99={:.0f}us".format(j["iops"], p["50.000000"] / 1000, p["99.000000"] / 1000))'
+}
+
+echo "== file backend, 4 KiB randread, runtime ${runtime}s, $(nproc) cores, $(uname -r)"
+start_daemon "[device]
+path = \"disk.img\"
+[[volume]]
+name = \"v\"
+socket = \"v.sock\"
+size = \"1GiB\""
+for qd in 1 32; do
+    printf 'daemon QD%-3s ' "$qd"
+    "$bin" bench --runtime "${runtime}s" --ramp 1s --tenant "socket=$work/v.sock,rw=randread,bs=4k,iodepth=$qd" 2>/dev/null | tail -1
+    printf 'fio    QD%-3s ' "$qd"
+    fio_direct "$qd"
+done
+stop_daemon
+
+echo "== null device, 4 KiB randread, QD32"
+start_daemon "[device]
+kind = \"null\"
+[[volume]]
+name = \"n\"
+socket = \"n.sock\"
+size = \"1GiB\""
+printf 'null   QD32  '
+"$bin" bench --runtime "${runtime}s" --ramp 1s --tenant "socket=$work/n.sock,rw=randread,bs=4k,iodepth=32" 2>/dev/null | tail -1
+stop_daemon

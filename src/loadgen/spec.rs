@@ -1,0 +1,190 @@
+//! Tenant workload descriptions: `socket=a.sock,rw=randread,bs=4k,iodepth=32`.
+
+use crate::config::ByteSize;
+use serde::Serialize;
+use std::time::Duration;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pattern {
+    RandRead,
+    RandWrite,
+    /// Random, `read_pct` percent reads.
+    RandRw,
+    Read,
+    Write,
+}
+
+impl Pattern {
+    fn parse(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "randread" => Pattern::RandRead,
+            "randwrite" => Pattern::RandWrite,
+            "randrw" => Pattern::RandRw,
+            "read" => Pattern::Read,
+            "write" => Pattern::Write,
+            other => {
+                return Err(format!(
+                    "rw: unknown pattern `{other}` (randread, randwrite, randrw, read, write)"
+                ))
+            }
+        })
+    }
+
+    pub fn is_random(self) -> bool {
+        matches!(
+            self,
+            Pattern::RandRead | Pattern::RandWrite | Pattern::RandRw
+        )
+    }
+}
+
+/// One tenant: a client attached to one volume socket.
+#[derive(Clone, Debug, Serialize)]
+pub struct TenantSpec {
+    pub name: String,
+    pub socket: String,
+    pub rw: Pattern,
+    /// Percentage of reads for `randrw`.
+    pub read_pct: u8,
+    pub bs: u64,
+    pub iodepth: usize,
+    /// Optional cap in requests per second.
+    pub rate_iops: Option<u32>,
+    pub runtime: Duration,
+    /// Time at the start not counted in the results.
+    pub ramp: Duration,
+    /// Time to wait before this tenant starts (tenants that come and go).
+    pub delay: Duration,
+}
+
+impl Default for TenantSpec {
+    fn default() -> Self {
+        TenantSpec {
+            name: String::new(),
+            socket: String::new(),
+            rw: Pattern::RandRead,
+            read_pct: 50,
+            bs: 4096,
+            iodepth: 32,
+            rate_iops: None,
+            runtime: Duration::from_secs(10),
+            ramp: Duration::from_secs(0),
+            delay: Duration::from_secs(0),
+        }
+    }
+}
+
+/// Parses "250ms", "10s", "2m", or a plain number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(s.len()));
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration (e.g. 500ms, 10s, 2m)"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "ms" => n / 1e3,
+        "us" => n / 1e6,
+        "m" | "min" => n * 60.0,
+        other => return Err(format!("`{s}`: unknown unit `{other}` (us, ms, s, m)")),
+    };
+    if !(0.0..1e9).contains(&secs) {
+        return Err(format!("`{s}`: out of range"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+impl TenantSpec {
+    /// Parses `key=value,...` on top of `base`. Keys: name, socket, rw, rwmixread, bs,
+    /// iodepth, rate_iops, runtime, ramp, delay.
+    pub fn parse(text: &str, base: &TenantSpec) -> Result<Self, String> {
+        let mut t = base.clone();
+        for part in text.split(',').filter(|p| !p.trim().is_empty()) {
+            let (key, value) = part
+                .split_once('=')
+                .ok_or_else(|| format!("`{part}`: expected key=value"))?;
+            let (key, value) = (key.trim(), value.trim());
+            let num = |v: &str| -> Result<u64, String> {
+                v.parse::<u64>()
+                    .map_err(|_| format!("{key}: `{v}` is not a number"))
+            };
+            match key {
+                "name" => t.name = value.to_string(),
+                "socket" => t.socket = value.to_string(),
+                "rw" => t.rw = Pattern::parse(value)?,
+                "rwmixread" => t.read_pct = num(value)?.min(100) as u8,
+                "bs" => t.bs = ByteSize::parse(value).map_err(|e| format!("bs: {e}"))?.0,
+                "iodepth" => t.iodepth = num(value)? as usize,
+                "rate_iops" => t.rate_iops = Some(num(value)? as u32),
+                "runtime" => {
+                    t.runtime = parse_duration(value).map_err(|e| format!("runtime: {e}"))?
+                }
+                "ramp" => t.ramp = parse_duration(value).map_err(|e| format!("ramp: {e}"))?,
+                "delay" => t.delay = parse_duration(value).map_err(|e| format!("delay: {e}"))?,
+                other => return Err(format!("unknown tenant key `{other}`")),
+            }
+        }
+        t.validate()?;
+        Ok(t)
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if self.socket.is_empty() {
+            return Err("socket: required".into());
+        }
+        if self.bs == 0 || self.bs % 512 != 0 || self.bs > 64 << 20 {
+            return Err(format!(
+                "bs: must be a multiple of 512 up to 64MiB (got {})",
+                self.bs
+            ));
+        }
+        if self.iodepth == 0 || self.iodepth > 1024 {
+            return Err(format!("iodepth: must be 1..=1024 (got {})", self.iodepth));
+        }
+        if self.rate_iops == Some(0) {
+            return Err("rate_iops: must be positive".into());
+        }
+        if self.ramp >= self.runtime {
+            return Err("ramp: must be shorter than runtime".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_tenant_specs_over_defaults() {
+        let base = TenantSpec::default();
+        let t = TenantSpec::parse(
+            "socket=a.sock,rw=randwrite,bs=128k,iodepth=4,runtime=2s,ramp=500ms",
+            &base,
+        )
+        .unwrap();
+        assert_eq!(t.rw, Pattern::RandWrite);
+        assert_eq!(t.bs, 128 << 10);
+        assert_eq!(t.iodepth, 4);
+        assert_eq!(t.runtime, Duration::from_secs(2));
+        assert_eq!(t.ramp, Duration::from_millis(500));
+    }
+
+    #[test]
+    fn names_the_bad_key() {
+        let base = TenantSpec::default();
+        assert!(TenantSpec::parse("socket=a,bs=100", &base)
+            .unwrap_err()
+            .starts_with("bs:"));
+        assert!(TenantSpec::parse("socket=a,iodepth=0", &base)
+            .unwrap_err()
+            .starts_with("iodepth:"));
+        assert!(TenantSpec::parse("socket=a,colour=red", &base)
+            .unwrap_err()
+            .contains("colour"));
+        assert!(TenantSpec::parse("bs=4k", &base)
+            .unwrap_err()
+            .starts_with("socket:"));
+    }
+}
