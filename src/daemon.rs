@@ -1,13 +1,15 @@
-//! Assembles the daemon from a validated config: opens the host disk, builds the volumes,
-//! starts one listener per volume, and stops gracefully on SIGINT/SIGTERM.
+//! Assembles the daemon from a validated config: opens the host disk, builds the QoS tree
+//! (one `QosDevice` for the disk, a leaf per volume), starts one listener per volume and
+//! the planner thread, and stops gracefully on SIGINT/SIGTERM.
 
-use crate::backend::admission::Unlimited;
 use crate::backend::disk::{DiskError, HostDisk};
 use crate::backend::server::VolumeServer;
 use crate::backend::slots::DeviceSlots;
 use crate::backend::volume::{SharedDisk, Volume};
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, ROOT_GROUP};
+use crate::qos::{MonotonicClock, QosDevice, VolumeQos};
 use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -17,10 +19,13 @@ pub enum DaemonError {
     Disk(#[from] DiskError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    #[error("qos: {0}")]
+    Qos(String),
 }
 
 pub struct Daemon {
-    pub servers: Vec<Arc<VolumeServer<Unlimited>>>,
+    pub qos: Arc<QosDevice>,
+    pub servers: Vec<Arc<VolumeServer<Arc<VolumeQos>>>>,
 }
 
 impl Daemon {
@@ -32,16 +37,25 @@ impl Daemon {
             path = ?disk.path, size = disk.size, block_size = disk.block_size,
             direct = disk.direct, "host disk ready"
         );
+        let qos = Arc::new(build_qos(config)?);
         let shared = Arc::new(SharedDisk {
             disk,
             slots: DeviceSlots::new(config.device.queue_depth),
         });
         let mut servers = Vec::new();
         for v in &config.volumes {
-            let volume = Arc::new(Volume::new(v, shared.clone(), Unlimited));
+            let handle = qos
+                .add_volume(
+                    &v.name,
+                    v.group.as_deref().filter(|g| *g != ROOT_GROUP),
+                    v.weight,
+                )
+                .map_err(|e| DaemonError::Qos(format!("volume {}: {e}", v.name)))?;
+            let volume = Arc::new(Volume::new(v, shared.clone(), handle));
             servers.push(VolumeServer::start(volume)?);
         }
-        Ok(Daemon { servers })
+        spawn_planner(qos.clone())?;
+        Ok(Daemon { qos, servers })
     }
 
     /// Completes in-flight I/O of every connected frontend, closes the connections and
@@ -51,6 +65,38 @@ impl Daemon {
             s.stop();
         }
     }
+}
+
+fn build_qos(config: &Config) -> Result<QosDevice, DaemonError> {
+    let d = &config.device;
+    let model = d
+        .model
+        .build_boxed()
+        .map_err(|e| DaemonError::Qos(format!("device.model: {e}")))?;
+    let qos = QosDevice::new(model, &d.qos, Arc::new(MonotonicClock::new()));
+    for g in config.groups_parents_first() {
+        let parent = g.parent.as_deref().filter(|p| *p != ROOT_GROUP);
+        qos.add_group(&g.name, parent, g.weight)
+            .map_err(|e| DaemonError::Qos(format!("group {}: {e}", g.name)))?;
+    }
+    tracing::info!(
+        enabled = qos.enabled(),
+        period_ms = qos.period_ns() as f64 / 1e6,
+        "qos ready"
+    );
+    Ok(qos)
+}
+
+/// Runs one planning period after another. The planner only takes the QoS device's own
+/// locks; the data path never waits for it.
+fn spawn_planner(qos: Arc<QosDevice>) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("planner".into())
+        .spawn(move || loop {
+            std::thread::sleep(Duration::from_nanos(qos.period_ns()));
+            qos.plan();
+        })?;
+    Ok(())
 }
 
 /// Blocks SIGINT and SIGTERM in this thread (and every thread it spawns afterwards) so that

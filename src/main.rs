@@ -64,6 +64,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run a QoS scenario in the deterministic simulator and print a per-volume report.
+    ///
+    /// The simulator drives the same QoS code as the daemon against a modelled device in
+    /// virtual time (no I/O, no waiting). See configs/sim/*.toml for scenarios.
+    Simulate {
+        /// The scenario file (TOML).
+        #[arg(value_name = "SCENARIO")]
+        scenario: PathBuf,
+    },
     /// Validate a config and print the resolved layout; changes nothing on disk.
     Check {
         /// The TOML configuration to check.
@@ -84,6 +93,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run { config } => run(&config),
         Command::Check { config } => check(&config),
+        Command::Simulate { scenario } => vhost_iocost::sim::run_file(&scenario)
+            .map(|report| print!("{report}"))
+            .map_err(|e| e.into()),
         Command::Bench {
             tenants,
             rw,
@@ -109,7 +121,11 @@ fn run(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     // only the main thread takes them.
     let signals = daemon::block_termination_signals();
     let daemon = Daemon::start(&config)?;
-    tracing::info!(volumes = daemon.servers.len(), "vhost-iocost running");
+    tracing::info!(
+        volumes = daemon.servers.len(),
+        qos = daemon.qos.enabled(),
+        "vhost-iocost running"
+    );
     let sig = daemon::wait_for_signal(&signals);
     tracing::info!(signal = sig, "stopping: completing in-flight I/O");
     daemon.stop();

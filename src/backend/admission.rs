@@ -1,24 +1,9 @@
 //! The data path's whole view of the QoS core: price and admit a request, report its
 //! completion. Everything else (weights, vtime, the planner) stays behind this trait, so
 //! the data path can run without QoS and the QoS core can be tested without a data path.
+//! The request description ([`IoRequest`]) is the QoS core's own plain-data type.
 
-/// What kind of work a request asks of the device.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IoClass {
-    Read,
-    Write,
-    Flush,
-    Discard,
-    WriteZeroes,
-}
-
-/// A request as the QoS core sees it: offsets in bytes within the volume.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct IoDesc {
-    pub class: IoClass,
-    pub offset: u64,
-    pub len: u64,
-}
+pub use crate::qos::{IoKind, IoRequest};
 
 /// The answer to "may this request go to the device now?".
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,8 +29,13 @@ pub struct Timing {
 /// order: after a `WaitUntil`, the same request is offered again before any later one.
 pub trait Admission: Send + Sync + 'static {
     type Ticket: Copy + Send + 'static;
-    fn admit(&self, io: &IoDesc, now_ns: u64) -> Decision<Self::Ticket>;
-    fn complete(&self, io: &IoDesc, ticket: Self::Ticket, timing: Timing);
+    /// The clock `Decision::WaitUntil` and `Timing` are expressed in.
+    fn now_ns(&self) -> u64;
+    fn admit(&self, io: &IoRequest) -> Decision<Self::Ticket>;
+    fn complete(&self, ticket: Self::Ticket, timing: Timing);
+    /// The request last told to wait will not be offered again (its queue is being
+    /// drained and it goes without admission).
+    fn abandon_wait(&self) {}
 }
 
 /// No QoS: every request goes at once.
@@ -54,19 +44,54 @@ pub struct Unlimited;
 
 impl Admission for Unlimited {
     type Ticket = ();
-    fn admit(&self, _io: &IoDesc, _now_ns: u64) -> Decision<()> {
+    fn now_ns(&self) -> u64 {
+        monotonic_ns()
+    }
+    fn admit(&self, _io: &IoRequest) -> Decision<()> {
         Decision::Go(())
     }
-    fn complete(&self, _io: &IoDesc, _ticket: (), _timing: Timing) {}
+    fn complete(&self, _ticket: (), _timing: Timing) {}
 }
 
 impl<A: Admission> Admission for std::sync::Arc<A> {
     type Ticket = A::Ticket;
-    fn admit(&self, io: &IoDesc, now_ns: u64) -> Decision<A::Ticket> {
-        (**self).admit(io, now_ns)
+    fn now_ns(&self) -> u64 {
+        (**self).now_ns()
     }
-    fn complete(&self, io: &IoDesc, ticket: A::Ticket, timing: Timing) {
-        (**self).complete(io, ticket, timing)
+    fn admit(&self, io: &IoRequest) -> Decision<A::Ticket> {
+        (**self).admit(io)
+    }
+    fn complete(&self, ticket: A::Ticket, timing: Timing) {
+        (**self).complete(ticket, timing)
+    }
+    fn abandon_wait(&self) {
+        (**self).abandon_wait()
+    }
+}
+
+/// The QoS core behind the data path's interface.
+impl Admission for crate::qos::VolumeQos {
+    type Ticket = crate::qos::Charge;
+    fn now_ns(&self) -> u64 {
+        self.dev.clock.now_ns()
+    }
+    fn admit(&self, io: &IoRequest) -> Decision<crate::qos::Charge> {
+        match crate::qos::VolumeQos::admit(self, io) {
+            crate::qos::Admission::Go(charge) => Decision::Go(charge),
+            crate::qos::Admission::Wait { until_ns } => Decision::WaitUntil { ns: until_ns },
+        }
+    }
+    fn complete(&self, charge: crate::qos::Charge, t: Timing) {
+        crate::qos::VolumeQos::complete(
+            self,
+            &charge,
+            t.admitted_ns,
+            t.submitted_ns,
+            t.completed_ns,
+        )
+    }
+    fn abandon_wait(&self) {
+        self.cancel_wait()
     }
 }
 

@@ -8,7 +8,7 @@
 //! waits on a timerfd, a request without a device slot on a wake eventfd, both on this
 //! worker's epoll.
 
-use super::admission::{monotonic_ns, Admission, Decision, IoClass, IoDesc, Timing};
+use super::admission::{Admission, Decision, IoKind, IoRequest, Timing};
 use super::bounce::BounceBuffer;
 use super::engine::{DeviceOp, Engine};
 use super::ratelimit::RateLimiter;
@@ -36,7 +36,7 @@ struct Pending<T> {
     queue: u16,
     head: u16,
     request: Request,
-    io: IoDesc,
+    io: IoRequest,
     mem: Arc<Mem>,
     /// Set once QoS admitted it (it keeps its place if it then waits for a slot).
     ticket: Option<T>,
@@ -48,7 +48,7 @@ struct InFlight<T> {
     queue: u16,
     head: u16,
     kind: RequestKind,
-    io: IoDesc,
+    io: IoRequest,
     status_addr: u64,
     /// Bytes written into guest buffers on success (reads), for the used length.
     guest_written: u32,
@@ -228,7 +228,7 @@ impl<A: Admission> Worker<A> {
 
     /// Answers GET_ID at once; queues everything else in the volume FIFO.
     fn accept(&mut self, queue: u16, head: u16, req: Request, mem: &Arc<Mem>) -> Popped {
-        let class = match req.kind {
+        let kind = match req.kind {
             RequestKind::GetId => {
                 let serial = &self.volume.serial;
                 let mut written = 0usize;
@@ -262,14 +262,14 @@ impl<A: Admission> Worker<A> {
                 );
                 return Popped::Answered;
             }
-            RequestKind::Read => IoClass::Read,
-            RequestKind::Write => IoClass::Write,
-            RequestKind::Flush => IoClass::Flush,
-            RequestKind::Discard => IoClass::Discard,
-            RequestKind::WriteZeroes { .. } => IoClass::WriteZeroes,
+            RequestKind::Read => IoKind::Read,
+            RequestKind::Write => IoKind::Write,
+            RequestKind::Flush => IoKind::Flush,
+            RequestKind::Discard => IoKind::Discard,
+            RequestKind::WriteZeroes { .. } => IoKind::WriteZeroes,
         };
-        let io = IoDesc {
-            class,
+        let io = IoRequest {
+            kind,
             offset: req.offset,
             len: req.len,
         };
@@ -351,11 +351,13 @@ impl<A: Admission> Worker<A> {
         if self.waiting_for_slot {
             return Ok(());
         }
-        let now = monotonic_ns();
+        let volume = self.volume.clone();
+        let admission = &volume.admission;
+        let now = admission.now_ns();
         while let Some(head) = self.fifo.front_mut() {
             let forced = self.stopping & (1 << head.queue) != 0;
             if head.ticket.is_none() {
-                match self.volume.admission.admit(&head.io, now) {
+                match admission.admit(&head.io) {
                     Decision::Go(t) => {
                         head.ticket = Some(t);
                         head.admitted_ns = now;
@@ -364,7 +366,10 @@ impl<A: Admission> Worker<A> {
                         self.arm_timer(ns, now)?;
                         return Ok(());
                     }
-                    Decision::WaitUntil { .. } => head.admitted_ns = now,
+                    Decision::WaitUntil { .. } => {
+                        admission.abandon_wait();
+                        head.admitted_ns = now;
+                    }
                 }
             }
             let slots = &self.volume.shared.slots;
@@ -671,9 +676,9 @@ impl<A: Admission> Worker<A> {
             &mem,
         );
         vol.shared.slots.release();
-        record.timing.completed_ns = monotonic_ns();
+        record.timing.completed_ns = vol.admission.now_ns();
         if let Some(ticket) = record.ticket.take() {
-            vol.admission.complete(&record.io, ticket, record.timing);
+            vol.admission.complete(ticket, record.timing);
         }
     }
 

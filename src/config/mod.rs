@@ -39,6 +39,9 @@ pub enum ConfigError {
     Parse { path: PathBuf, message: String },
     #[error("config: {key}: {message}")]
     Invalid { key: String, message: String },
+    /// A section validated by the QoS core; its message starts with the key.
+    #[error("config: {0}")]
+    Section(String),
 }
 
 fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
@@ -89,12 +92,12 @@ pub struct DeviceConfig {
     /// Requests in flight to the device, all volumes together.
     #[serde(default = "default_queue_depth")]
     pub queue_depth: u32,
-    /// The cost model (`[device.model]`); kept verbatim until the QoS core consumes it.
+    /// The cost model (`[device.model]`).
     #[serde(default)]
-    pub model: toml::Table,
+    pub model: crate::cost_model::ModelConfig,
     /// QoS parameters (`[device.qos]`).
     #[serde(default)]
-    pub qos: toml::Table,
+    pub qos: crate::qos::QosConfig,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
@@ -220,6 +223,8 @@ impl Config {
                 ));
             }
         }
+        d.model.validate().map_err(ConfigError::Section)?;
+        d.qos.validate().map_err(ConfigError::Section)?;
         self.validate_groups()?;
         self.validate_volumes()?;
         // Static range check with the smallest possible block size; the real one is checked
@@ -381,6 +386,27 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// Groups ordered so that every parent comes before its children (the QoS tree is
+    /// built in this order).
+    pub fn groups_parents_first(&self) -> Vec<&GroupConfig> {
+        let mut placed: HashSet<&str> = HashSet::from([ROOT_GROUP]);
+        let mut out = Vec::with_capacity(self.groups.len());
+        while out.len() < self.groups.len() {
+            let before = out.len();
+            for g in &self.groups {
+                let parent = g.parent.as_deref().unwrap_or(ROOT_GROUP);
+                if !placed.contains(g.name.as_str()) && placed.contains(parent) {
+                    placed.insert(&g.name);
+                    out.push(g);
+                }
+            }
+            if out.len() == before {
+                break; // a cycle; validate() refuses those
+            }
+        }
+        out
     }
 
     /// A human-readable description of the resolved layout (for `vhost-iocost check`).
