@@ -4,3 +4,6 @@
 mod client;
 mod daemon;
 mod data_path;
+mod qos;
+mod malformed;
+mod raw_frontend;

@@ -1,0 +1,56 @@
+//! QoS on the real data path: weights decide the split when the (modelled) device is the
+//! bottleneck.
+
+use crate::daemon::{config, volume, DaemonProcess};
+use std::time::Duration;
+use vhost_iocost::loadgen::{self, Pattern, TenantSpec};
+
+/// A cost model that says the device does 4000 random 4 KiB reads per second, with vrate
+/// pinned at 100 %: QoS, not the machine, is the bottleneck, so shares are exact weights.
+const SLOW_MODEL: &str = r#"
+[device.model]
+rbps = 200000000
+rseqiops = 4000
+rrandiops = 4000
+wbps = 200000000
+wseqiops = 4000
+wrandiops = 4000
+[device.qos]
+min = 100.0
+max = 100.0
+"#;
+
+fn tenant(d: &DaemonProcess, name: &str) -> TenantSpec {
+    TenantSpec {
+        name: name.into(),
+        socket: d.socket(name),
+        rw: Pattern::RandRead,
+        bs: 4096,
+        iodepth: 16,
+        runtime: Duration::from_secs(4),
+        ramp: Duration::from_secs(1),
+        ..TenantSpec::default()
+    }
+}
+
+#[test]
+fn weights_100_300_split_iops_one_to_three() {
+    let d = DaemonProcess::start(&config(
+        SLOW_MODEL,
+        &(volume("light", 0, 16, "weight = 100") + &volume("heavy", 16, 16, "weight = 300")),
+    ));
+    let results = loadgen::run(&[tenant(&d, "light"), tenant(&d, "heavy")]).unwrap();
+    let (light, heavy) = (&results[0], &results[1]);
+    assert_eq!(light.errors + heavy.errors, 0);
+    let ratio = heavy.iops / light.iops;
+    eprintln!("light {:.0} IOPS, heavy {:.0} IOPS, ratio {ratio:.2}", light.iops, heavy.iops);
+    assert!(
+        (3.0 * 0.85..=3.0 * 1.15).contains(&ratio),
+        "heavy/light = {ratio:.2} (light {:.0}, heavy {:.0} IOPS)",
+        light.iops,
+        heavy.iops
+    );
+    // Together they use the modelled capacity, not more.
+    let total = light.iops + heavy.iops;
+    assert!((2800.0..=4400.0).contains(&total), "total {total:.0} IOPS");
+}
