@@ -88,13 +88,42 @@ fn build_qos(config: &Config) -> Result<QosDevice, DaemonError> {
 }
 
 /// Runs one planning period after another. The planner only takes the QoS device's own
-/// locks; the data path never waits for it.
+/// locks; the data path never waits for it. Each period is traced at debug level, and a
+/// summary is logged at info level when vrate or busy_level moved noticeably.
 fn spawn_planner(qos: Arc<QosDevice>) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("planner".into())
-        .spawn(move || loop {
-            std::thread::sleep(Duration::from_nanos(qos.period_ns()));
-            qos.plan();
+        .spawn(move || {
+            let mut logged = (0u64, 0i32);
+            loop {
+                std::thread::sleep(Duration::from_nanos(qos.period_ns()));
+                qos.plan();
+                let p = qos.last_period();
+                tracing::debug!(
+                    vrate_pct = p.vrate_after_ppm as f64 / 1e4,
+                    busy_level = p.busy_level,
+                    missed_read_ppm = p.missed_ppm[0],
+                    missed_write_ppm = p.missed_ppm[1],
+                    rq_wait_pct = p.rq_wait_pct,
+                    done = p.nr_done,
+                    shortages = p.nr_shortages,
+                    donors = p.nr_donors,
+                    active = p.nr_active,
+                    "planner period"
+                );
+                let moved = p.vrate_after_ppm.abs_diff(logged.0) * 10 > logged.0.max(1)
+                    || (p.busy_level - logged.1).abs() >= 50;
+                if moved {
+                    logged = (p.vrate_after_ppm, p.busy_level);
+                    tracing::info!(
+                        vrate_pct = p.vrate_after_ppm as f64 / 1e4,
+                        busy_level = p.busy_level,
+                        missed_read_ppm = p.missed_ppm[0],
+                        missed_write_ppm = p.missed_ppm[1],
+                        "qos: vrate changed"
+                    );
+                }
+            }
         })?;
     Ok(())
 }

@@ -230,28 +230,27 @@ impl<A: Admission> Worker<A> {
     fn accept(&mut self, queue: u16, head: u16, req: Request, mem: &Arc<Mem>) -> Popped {
         let kind = match req.kind {
             RequestKind::GetId => {
-                let serial = &self.volume.serial;
+                // The ID is NUL-padded to 20 bytes (VIRTIO_BLK_ID_BYTES) and truncated to
+                // the guest's buffer, as QEMU does.
+                let mut id = [0u8; 20];
+                id[..self.volume.serial.len()].copy_from_slice(&self.volume.serial);
                 let mut written = 0usize;
+                let mut status = VIRTIO_BLK_S_OK;
                 for seg in &req.data {
-                    if written == serial.len() {
+                    let n = (seg.len as usize).min(id.len() - written);
+                    if n == 0 {
                         break;
                     }
-                    let n = (seg.len as usize).min(serial.len() - written);
-                    if mem
-                        .write_slice(&serial[written..written + n], GuestAddress(seg.addr))
-                        .is_err()
-                    {
+                    let chunk = &id[written..written + n];
+                    if mem.write_slice(chunk, GuestAddress(seg.addr)).is_err() {
+                        status = VIRTIO_BLK_S_IOERR;
                         break;
                     }
                     written += n;
                 }
-                // The spec: the ID is NUL-padded when shorter than 20 bytes; the guest's
-                // buffer is ours to fill up to its length, but it is zeroed by drivers.
-                let status = if written == serial.len() {
-                    VIRTIO_BLK_S_OK
-                } else {
-                    VIRTIO_BLK_S_IOERR
-                };
+                if status != VIRTIO_BLK_S_OK {
+                    written = 0;
+                }
                 self.finish(
                     queue,
                     head,

@@ -4,6 +4,6 @@
 mod client;
 mod daemon;
 mod data_path;
-mod qos;
 mod malformed;
+mod qos;
 mod raw_frontend;

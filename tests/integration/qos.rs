@@ -43,7 +43,10 @@ fn weights_100_300_split_iops_one_to_three() {
     let (light, heavy) = (&results[0], &results[1]);
     assert_eq!(light.errors + heavy.errors, 0);
     let ratio = heavy.iops / light.iops;
-    eprintln!("light {:.0} IOPS, heavy {:.0} IOPS, ratio {ratio:.2}", light.iops, heavy.iops);
+    eprintln!(
+        "light {:.0} IOPS, heavy {:.0} IOPS, ratio {ratio:.2}",
+        light.iops, heavy.iops
+    );
     assert!(
         (3.0 * 0.85..=3.0 * 1.15).contains(&ratio),
         "heavy/light = {ratio:.2} (light {:.0}, heavy {:.0} IOPS)",
