@@ -6,27 +6,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runtime=${1:-10}
-work=$(mktemp -d /var/tmp/vhost-iocost-bench.XXXXXX)
-daemon_pid=
-cleanup() { [ -n "$daemon_pid" ] && kill "$daemon_pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"; }
-trap cleanup EXIT
-
-command -v fio >/dev/null || { echo "fio is required (apt-get install fio)"; exit 1; }
-cargo build --release --quiet
-bin=$PWD/target/release/vhost-iocost
+source scripts/lib.sh
 
 # A fully written 1 GiB file, so reads hit allocated blocks rather than holes.
-fio --name=fill --filename="$work/disk.img" --size=1G --rw=write --bs=1M --direct=1 \
-    --ioengine=io_uring --iodepth=8 --output=/dev/null
+fill_file "$work/disk.img" 1G
 
-start_daemon() { # $1 = config text
-    printf '%s\n' "$1" > "$work/config.toml"
-    (cd "$work" && exec "$bin" run --config config.toml 2>"$work/daemon.log") &
-    daemon_pid=$!
-    for _ in $(seq 100); do grep -q 'vhost-iocost running' "$work/daemon.log" 2>/dev/null && return; sleep 0.1; done
-    echo "daemon did not start:"; cat "$work/daemon.log"; exit 1
-}
-stop_daemon() { kill "$daemon_pid"; wait "$daemon_pid" || true; daemon_pid=; }
 
 fio_direct() { # $1 = iodepth
     fio --name=direct --filename="$work/disk.img" --size=1G --rw=randread --bs=4k --direct=1 \

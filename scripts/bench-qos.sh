@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# QoS benchmarks, each comparison from one run on one machine:
+#  1. null device, one volume, 4 KiB randread QD32: QoS on versus off (the cost of the
+#     admission path);
+#  2. noisy neighbour on a real file: a QD1 4 KiB random reader next to a 1 MiB sequential
+#     writer at equal weights, solo and together, without and with QoS.
+#   usage: scripts/bench-qos.sh [RUNTIME_SECONDS]      (needs: fio)
+# MODEL overrides the [device.model] keys for the file runs (default: this machine's
+# measured coefficients, see BENCHMARKS.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runtime=${1:-10}
+model=${MODEL:-"rbps = 1500000000
+rseqiops = 110000
+rrandiops = 110000
+wbps = 2000000000
+wseqiops = 100000
+wrandiops = 100000"}
+qos=${QOS:-"rpct = 90.0
+rlat = \"300us\"
+wpct = 95.0
+wlat = \"20ms\"
+min = 5.0"}
+source scripts/lib.sh
+
+bench() { "$bin" bench --runtime "${runtime}s" --ramp 1s "$@" 2>/dev/null | tail -n +2; }
+
+echo "== 1. null device, 4 KiB randread QD32, runtime ${runtime}s"
+for enable in false true; do
+    # fast-ssd: the model is not the bottleneck, so this measures the admission path.
+    start_daemon "[device]
+kind = \"null\"
+[device.model]
+preset = \"fast-ssd\"
+[device.qos]
+enable = $enable
+[[volume]]
+name = \"n\"
+socket = \"n.sock\"
+size = \"1GiB\""
+    printf 'qos=%-5s ' "$enable"; bench --tenant "socket=$work/n.sock,rw=randread,bs=4k,iodepth=32"
+    stop_daemon
+done
+
+echo "== 2. noisy neighbour on a 2 GiB file: reader randread 4k QD1, writer write 1M QD8, equal weights"
+fill_file "$work/disk.img" 2G
+file_config() { # $1 = qos enable
+    echo "[device]
+path = \"disk.img\"
+[device.model]
+$model
+[device.qos]
+enable = $1
+$qos
+[[volume]]
+name = \"reader\"
+socket = \"reader.sock\"
+size = \"1GiB\"
+[[volume]]
+name = \"writer\"
+socket = \"writer.sock\"
+offset = \"1GiB\"
+size = \"1GiB\""
+}
+reader="socket=$work/reader.sock,name=reader,rw=randread,bs=4k,iodepth=1"
+writer="socket=$work/writer.sock,name=writer,rw=write,bs=1M,iodepth=8"
+for enable in false true; do
+    start_daemon "$(file_config $enable)"
+    echo "-- qos=$enable: solo reader, solo writer, then both"
+    bench --tenant "$reader"
+    bench --tenant "$writer" | tail -1
+    bench --tenant "$reader" --tenant "$writer" | tail -2
+    grep -E 'qos: vrate changed' "$work/daemon.log" | tail -1 | sed 's/\x1b\[[0-9;]*m//g' || true
+    stop_daemon
+done

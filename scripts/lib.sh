@@ -1,0 +1,35 @@
+# Shared helpers for the benchmark scripts: a temporary work directory and a daemon
+# started from a config text and stopped by PID. Source it after `set -euo pipefail`.
+
+work=$(mktemp -d /var/tmp/vhost-iocost-bench.XXXXXX)
+daemon_pid=
+cleanup() {
+    if [ -n "$daemon_pid" ]; then kill "$daemon_pid" 2>/dev/null || true; fi
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+command -v fio >/dev/null || { echo "fio is required (apt-get install fio)"; exit 1; }
+cargo build --release --quiet
+bin=$PWD/target/release/vhost-iocost
+
+# start_daemon CONFIG_TEXT: runs the daemon in $work until it logs that it is serving.
+start_daemon() {
+    printf '%s\n' "$1" > "$work/config.toml"
+    (cd "$work" && exec "$bin" run --config config.toml 2>"$work/daemon.log") &
+    daemon_pid=$!
+    for _ in $(seq 100); do
+        grep -q 'vhost-iocost running' "$work/daemon.log" 2>/dev/null && return
+        sleep 0.1
+    done
+    echo "daemon did not start:"; cat "$work/daemon.log"; exit 1
+}
+
+stop_daemon() { kill "$daemon_pid"; wait "$daemon_pid" || true; daemon_pid=; }
+
+# fill_file PATH SIZE: writes every block, so reads hit allocated blocks, not holes.
+fill_file() {
+    fio --name=fill --filename="$1" --size="$2" --rw=write --bs=1M --direct=1 \
+        --ioengine=io_uring --iodepth=8 --output=/dev/null
+}
