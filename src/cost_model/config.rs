@@ -78,8 +78,16 @@ impl ModelConfig {
         let six = self.six();
         let given = six.iter().filter(|(_, v)| v.is_some()).count();
         if given != 0 && given != 6 {
-            let (present, _) = six.iter().find(|(_, v)| v.is_some()).copied().unwrap_or(("", None));
-            let (missing, _) = six.iter().find(|(_, v)| v.is_none()).copied().unwrap_or(("", None));
+            let (present, _) = six
+                .iter()
+                .find(|(_, v)| v.is_some())
+                .copied()
+                .unwrap_or(("", None));
+            let (missing, _) = six
+                .iter()
+                .find(|(_, v)| v.is_none())
+                .copied()
+                .unwrap_or(("", None));
             return Err(format!(
                 "device.model.{missing}: missing; {present} is given, so give all six of \
                  rbps, rseqiops, rrandiops, wbps, wseqiops, wrandiops (or none to use the preset)"
@@ -190,7 +198,10 @@ mod tests {
         .validate()
         .unwrap_err();
         assert!(e.starts_with("device.model.rbps"), "{e}");
-        let e = parse("flush_factor = -1.0").unwrap().validate().unwrap_err();
+        let e = parse("flush_factor = -1.0")
+            .unwrap()
+            .validate()
+            .unwrap_err();
         assert!(e.starts_with("device.model.flush_factor"), "{e}");
     }
 

@@ -68,7 +68,11 @@ pub fn calc_lcoefs(bps: u64, seqiops: u64, randiops: u64) -> (u64, u64, u64) {
     if bps != 0 {
         let bps_pages = cdiv(bps, 1 << PAGE_SHIFT);
         // A huge bps would make the page cost 0 and IO free: the kernel's guard is 1.
-        page = if bps_pages != 0 { cdiv(VTIME_PER_SEC, bps_pages) } else { 1 };
+        page = if bps_pages != 0 {
+            cdiv(VTIME_PER_SEC, bps_pages)
+        } else {
+            1
+        };
     }
     if seqiops != 0 {
         let v = cdiv(VTIME_PER_SEC, seqiops);
@@ -249,16 +253,24 @@ impl CostModel for LinearModel {
                 } else {
                     (c.wseqio, c.wrandio, c.wpage)
                 };
-                let base = if Self::is_sequential(input) { seqio } else { randio };
+                let base = if Self::is_sequential(input) {
+                    seqio
+                } else {
+                    randio
+                };
                 base.saturating_add(pages.saturating_mul(page))
             }
             IoKind::Flush => self.flush_cost,
-            IoKind::Discard => c
-                .wrandio
-                .saturating_add(Self::scaled_pages(pages, c.wpage, self.discard_page_fixed)),
-            IoKind::WriteZeroes => c
-                .wrandio
-                .saturating_add(Self::scaled_pages(pages, c.wpage, self.write_zeroes_page_fixed)),
+            IoKind::Discard => c.wrandio.saturating_add(Self::scaled_pages(
+                pages,
+                c.wpage,
+                self.discard_page_fixed,
+            )),
+            IoKind::WriteZeroes => c.wrandio.saturating_add(Self::scaled_pages(
+                pages,
+                c.wpage,
+                self.write_zeroes_page_fixed,
+            )),
         };
         cost.min(MAX_ABS_COST)
     }
@@ -294,7 +306,14 @@ mod tests {
     fn preset_coefficients_match_spec_vectors() {
         assert_eq!(
             coefs(Preset::Hdd),
-            [3_234_924, 60_342, 368_221_708, 3_161_261, 57_074, 360_433_855]
+            [
+                3_234_924,
+                60_342,
+                368_221_708,
+                3_161_261,
+                57_074,
+                360_433_855
+            ]
         );
         assert_eq!(
             coefs(Preset::SsdQd1),
@@ -324,7 +343,7 @@ mod tests {
         // 4 KiB random read on SSD_DFL.
         assert_eq!(ssd.abs_cost(&read(far, 4096, Some(0))), 16_135_121);
         assert_eq!(16_135_121 / VTIME_PER_USEC, 117); // ≈117.4 µs
-        // 1 MiB sequential read.
+                                                      // 1 MiB sequential read.
         let seq = ssd.abs_cost(&read(4096, 1 << 20, Some(4096)));
         assert_eq!(seq, 256 * 1_152_074 + 14_235_181);
         assert_eq!(seq / VTIME_PER_USEC, 2249);
@@ -341,11 +360,23 @@ mod tests {
         let c = m.coefs();
         let seq = c.rseqio + c.rpage;
         let rand = c.rrandio + c.rpage;
-        assert_eq!(m.abs_cost(&read(0, 4096, None)), seq, "first IO is sequential");
-        assert_eq!(m.abs_cost(&read(16 << 20, 4096, Some(0))), seq, "exactly 4096 pages");
+        assert_eq!(
+            m.abs_cost(&read(0, 4096, None)),
+            seq,
+            "first IO is sequential"
+        );
+        assert_eq!(
+            m.abs_cost(&read(16 << 20, 4096, Some(0))),
+            seq,
+            "exactly 4096 pages"
+        );
         assert_eq!(m.abs_cost(&read((16 << 20) + 4096, 4096, Some(0))), rand);
         assert_eq!(m.abs_cost(&read(0, 4096, Some(16 << 20))), seq, "backwards");
-        assert_eq!(m.abs_cost(&read(100, 100, Some(100))), seq, "sub-page = 1 page");
+        assert_eq!(
+            m.abs_cost(&read(100, 100, Some(100))),
+            seq,
+            "sub-page = 1 page"
+        );
         assert_eq!(m.abs_cost(&read(100, 0, Some(100))), 0, "empty IO is free");
     }
 

@@ -51,11 +51,24 @@ pub fn cdiv_wide(a: u128, b: u128) -> u64 {
     u64::try_from(q).unwrap_or(u64::MAX)
 }
 
+/// `⌈a · b / c⌉`, in u64 when the product fits (the common case: u128 division is a
+/// slow library call) and through u128 otherwise; saturating, `c == 0` gives `u64::MAX`.
+#[inline]
+pub fn cdiv_mul(a: u64, b: u64, c: u64) -> u64 {
+    match a.checked_mul(b) {
+        Some(p) => cdiv(p, c),
+        None => cdiv_wide(u128::from(a) * u128::from(b), u128::from(c)),
+    }
+}
+
 /// Truncating `a * b / c` through u128, saturating into u64 (`c == 0` gives `u64::MAX`).
 #[inline]
 pub fn mul_div(a: u64, b: u64, c: u64) -> u64 {
     if c == 0 {
         return u64::MAX;
+    }
+    if let Some(p) = a.checked_mul(b) {
+        return p / c;
     }
     u64::try_from(u128::from(a) * u128::from(b) / u128::from(c)).unwrap_or(u64::MAX)
 }

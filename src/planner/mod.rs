@@ -1,1 +1,146 @@
-//! (being written)
+//! The per-period planner (spec G): the slow half of IOCost.
+//!
+//! The issue path only compares clocks. Everything that needs a view of the whole
+//! device happens here, once per planning period (a multiple of the latency target,
+//! see [`crate::qos::params`]), under the device lock:
+//!
+//! 1. **Signals** ([`lat_stat`]): share of completions that missed the latency target,
+//!    and time requests spent waiting for a device slot.
+//! 2. **Idle volumes** ([`idle`]): a volume that neither issued nor had anything in
+//!    flight for a whole period leaves the weight tree; its share goes to its siblings.
+//! 3. **Usage** ([`usage`]): device time each volume consumed this period.
+//! 4. **Classification** ([`classify`]): each active volume is either *short* of budget
+//!    or has a *surplus*; surplus volumes get a target hweight that would leave them
+//!    exactly half a period of budget at their current consumption.
+//! 5. **Donation** ([`donation`]): if anyone is short, donors' `inuse` weights are
+//!    lowered so that their hweights hit the targets and the freed share flows to the
+//!    others in proportion to their weights. A donor that needs its share back takes it
+//!    back on the issue path at once.
+//! 6. **busy_level** ([`busy`]): saturated periods count up, starved ones (volumes
+//!    short while the device has slack) count down.
+//! 7. **vrate** ([`vrate`]): the base rate moves by a step that grows with the streak,
+//!    within the configured bounds; discarded budget is compensated.
+//!
+//! The order follows the kernel's `ioc_timer_fn` (spec G.0).
+
+pub(crate) mod busy;
+pub(crate) mod classify;
+pub(crate) mod donation;
+pub(crate) mod idle;
+pub(crate) mod lat_stat;
+pub(crate) mod usage;
+pub(crate) mod vrate;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use crate::cost_model::vtime::MILLION;
+use crate::qos::device::DeviceShared;
+use crate::qos::stats::PeriodRecord;
+use crate::qos::tree::NodeId;
+use crate::qos::vclock::Now;
+use crate::qos::volume::rate_to_ppm;
+
+pub use busy::{BUSY_LEVEL_MAX, RQ_WAIT_BUSY_PCT, UNBUSY_THR_PCT};
+pub use vrate::{vrate_adj_pct, VRATE_CLAMP_ADJ_PCT};
+
+/// Reusable buffers, so a planner run with 10 000 volumes does not allocate.
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    /// Donor volumes of the current run.
+    pub surpluses: Vec<NodeId>,
+    /// Inner nodes above the donors.
+    pub inner: Vec<NodeId>,
+    /// Marks inner nodes already collected in this run.
+    pub stamp: u64,
+}
+
+/// Values fixed for one planner run.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PeriodCtx {
+    pub now: Now,
+    pub period_at_ns: u64,
+    pub period_at_vtime: u64,
+    /// vtime elapsed in this period.
+    pub period_vtime: u64,
+    /// `[1e6 − rppm, 1e6 − wppm]`: allowed misses per direction.
+    pub ppm_thr: [u32; 2],
+}
+
+/// Run one planning period if one is due; return ns until the next call is due.
+pub(crate) fn plan(dev: &DeviceShared) -> u64 {
+    let period_ns = dev.params.period_ns();
+    let mut guard = dev.lock();
+    let st = &mut *guard;
+    if !dev.params.enable || !st.running {
+        return period_ns;
+    }
+    let now = dev.now();
+    let (period_at_ns, period_at_vtime, _) = dev.vclock.read();
+    let due = period_at_ns.saturating_add(period_ns);
+    if now.now_ns.saturating_add(dev.params.timer_slack_ns) < due {
+        return due - now.now_ns;
+    }
+    let elapsed_ns = now.now_ns.saturating_sub(period_at_ns).max(1);
+    let lat = lat_stat::collect(st, elapsed_ns);
+    let period_vtime = now.vnow.wrapping_sub(period_at_vtime);
+    if period_vtime == 0 {
+        return period_ns;
+    }
+    let ctx = PeriodCtx {
+        now,
+        period_at_ns,
+        period_at_vtime,
+        period_vtime,
+        ppm_thr: [
+            (MILLION - u64::from(dev.params.rppm)) as u32,
+            (MILLION - u64::from(dev.params.wppm)) as u32,
+        ],
+    };
+
+    idle::deactivate_idle(dev, st, &ctx);
+    usage::flush(st, elapsed_ns);
+    let (demand, _usage_us_sum) = classify::classify(dev, st, &ctx);
+    let nr_donors = st.scratch.surpluses.len() as u32;
+    if nr_donors > 0 && demand.nr_shortages > 0 {
+        donation::transfer_surpluses(st, now.vnow);
+    }
+    st.tree.commit_weights(&dev.hweight_gen);
+    st.scratch.surpluses.clear();
+
+    st.busy_level = busy::next_busy_level(st.busy_level, &lat, &demand, ctx.ppm_thr);
+    let vrate_before = st.vtime_base_rate;
+    vrate::adjust_base_vrate(dev, st, demand.nr_lagging);
+
+    dev.cur_period.fetch_add(1, Relaxed);
+    if !st.active.is_empty() {
+        dev.start_period(st, now);
+    } else {
+        st.busy_level = 0;
+        st.vtime_err = 0;
+        st.running = false;
+    }
+    vrate::refresh_vrate(dev, st, now);
+
+    st.last = PeriodRecord {
+        at_ns: now.now_ns,
+        vrate_before_ppm: rate_to_ppm(vrate_before),
+        vrate_after_ppm: rate_to_ppm(st.vtime_base_rate),
+        vrate_effective_ppm: rate_to_ppm(st.vtime_rate),
+        busy_level: st.busy_level,
+        missed_ppm: lat.missed_ppm,
+        rq_wait_pct: lat.rq_wait_pct,
+        nr_done: lat.nr_done,
+        nr_lagging: demand.nr_lagging,
+        nr_shortages: demand.nr_shortages,
+        nr_donors: if demand.nr_shortages > 0 {
+            nr_donors
+        } else {
+            0
+        },
+        nr_active: st.active.len() as u32,
+    };
+    period_ns
+}

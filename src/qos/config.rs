@@ -41,7 +41,11 @@ pub fn parse_duration_ns(text: &str) -> Result<u64, String> {
         "ns" => 1.0,
         "ms" => 1e6,
         "s" => 1e9,
-        other => return Err(format!("unknown duration unit {other:?} in {text:?} (use ns, us, ms or s)")),
+        other => {
+            return Err(format!(
+                "unknown duration unit {other:?} in {text:?} (use ns, us, ms or s)"
+            ))
+        }
     };
     let value: f64 = num
         .parse()
@@ -78,7 +82,9 @@ impl<'de> Deserialize<'de> for DurationUs {
         impl Visitor<'_> for V {
             type Value = DurationUs;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a duration such as \"250us\", \"1ms\", \"2s\" or an integer number of µs")
+                f.write_str(
+                    "a duration such as \"250us\", \"1ms\", \"2s\" or an integer number of µs",
+                )
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<DurationUs, E> {
                 Ok(DurationUs(v))
@@ -141,7 +147,9 @@ impl QosConfig {
     pub fn validate(&self) -> Result<(), String> {
         for (key, v) in [("rpct", self.rpct), ("wpct", self.wpct)] {
             if !v.is_finite() || !(0.0..=100.0).contains(&v) {
-                return Err(format!("device.qos.{key}: must be within 0..=100 (got {v})"));
+                return Err(format!(
+                    "device.qos.{key}: must be within 0..=100 (got {v})"
+                ));
             }
         }
         for (key, v) in [("rlat", self.rlat), ("wlat", self.wlat)] {
@@ -155,7 +163,9 @@ impl QosConfig {
         }
         for (key, v) in [("min", self.min), ("max", self.max)] {
             if !v.is_finite() || !(1.0..=10_000.0).contains(&v) {
-                return Err(format!("device.qos.{key}: must be within 1..=10000 percent (got {v})"));
+                return Err(format!(
+                    "device.qos.{key}: must be within 1..=10000 percent (got {v})"
+                ));
             }
         }
         if self.min > self.max {
@@ -208,7 +218,10 @@ mod tests {
 
     #[test]
     fn validation_names_the_key() {
-        let e = parse("min = 500.0\nmax = 400.0").unwrap().validate().unwrap_err();
+        let e = parse("min = 500.0\nmax = 400.0")
+            .unwrap()
+            .validate()
+            .unwrap_err();
         assert_eq!(e, "device.qos.min: must be <= max (got 500 > 400)");
         let e = parse("rpct = 101.0").unwrap().validate().unwrap_err();
         assert!(e.starts_with("device.qos.rpct"), "{e}");

@@ -63,6 +63,7 @@ impl Histogram {
         }
     }
 
+    #[cfg(test)]
     pub(crate) fn count(&self) -> u64 {
         self.total
     }
@@ -72,7 +73,9 @@ impl Histogram {
         if self.total == 0 {
             return None;
         }
-        let want = ((pct.clamp(0.0, 100.0) / 100.0) * self.total as f64).ceil().max(1.0) as u64;
+        let want = ((pct.clamp(0.0, 100.0) / 100.0) * self.total as f64)
+            .ceil()
+            .max(1.0) as u64;
         let mut seen = 0u64;
         for (i, &c) in self.counts.iter().enumerate() {
             seen += u64::from(c);

@@ -83,4 +83,6 @@ pub use volume::VolumeQos;
 pub use weights::{WEIGHT_DEFAULT, WEIGHT_MAX, WEIGHT_MIN};
 
 #[cfg(test)]
+pub(crate) mod test_util;
+#[cfg(test)]
 mod tests;

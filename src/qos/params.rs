@@ -123,7 +123,8 @@ impl QosParams {
     /// Margins for a base vrate (vtime per µs).
     pub fn margins(&self, base_rate: u64) -> Margins {
         let m = |pct: u64| -> i64 {
-            i64::try_from((self.period_us * pct / 100).saturating_mul(base_rate)).unwrap_or(i64::MAX)
+            i64::try_from((self.period_us * pct / 100).saturating_mul(base_rate))
+                .unwrap_or(i64::MAX)
         };
         Margins {
             min: m(MARGIN_MIN_PCT),
@@ -157,7 +158,11 @@ mod tests {
         ];
         for (lat, ppm, want) in cases {
             assert_eq!(period_us(ppm, lat, 0, 0), want, "lat {lat} ppm {ppm}");
-            assert_eq!(period_us(0, 0, ppm, lat), want, "write side, lat {lat} ppm {ppm}");
+            assert_eq!(
+                period_us(0, 0, ppm, lat),
+                want,
+                "write side, lat {lat} ppm {ppm}"
+            );
         }
         // Ties pick the read pair.
         assert_eq!(period_us(500_000, 1_000, 990_000, 1_000), 10_000);

@@ -67,6 +67,8 @@ pub struct PeriodRecord {
     pub vrate_before_ppm: u64,
     /// Base vrate after the adjustment, ppm of 100 %.
     pub vrate_after_ppm: u64,
+    /// Effective vrate for the next period (base + lost-budget compensation), ppm.
+    pub vrate_effective_ppm: u64,
     /// busy_level after the update.
     pub busy_level: i32,
     /// Missed-latency ppm, `[read, write]`.

@@ -31,7 +31,6 @@ pub(crate) const ROOT: NodeId = 0;
 /// Per-node state that only the lock holder touches.
 #[derive(Debug)]
 pub(crate) struct TreeNode {
-    pub name: String,
     pub level: usize,
     /// `[root, ..., self]`.
     pub ancestors: Vec<NodeId>,
@@ -61,11 +60,10 @@ pub(crate) struct TreeNode {
 }
 
 impl TreeNode {
-    fn new(name: String, parent: Option<&TreeNode>, id: NodeId, weights: Arc<NodeWeights>) -> Self {
+    fn new(parent: Option<&TreeNode>, id: NodeId, weights: Arc<NodeWeights>) -> Self {
         let mut ancestors = parent.map(|p| p.ancestors.clone()).unwrap_or_default();
         ancestors.push(id);
         TreeNode {
-            name,
             level: ancestors.len() - 1,
             ancestors,
             weights,
@@ -107,7 +105,7 @@ pub(crate) struct Tree {
 
 impl Tree {
     pub(crate) fn new() -> Self {
-        let root = TreeNode::new(String::new(), None, ROOT, Arc::new(NodeWeights::new(WEIGHT_DEFAULT)));
+        let root = TreeNode::new(None, ROOT, Arc::new(NodeWeights::new(WEIGHT_DEFAULT)));
         Tree {
             nodes: vec![root],
             by_name: HashMap::new(),
@@ -117,9 +115,14 @@ impl Tree {
     }
 
     /// Append a node under `parent`; returns its id.
-    pub(crate) fn add_node(&mut self, name: &str, parent: NodeId, weights: Arc<NodeWeights>) -> NodeId {
+    pub(crate) fn add_node(
+        &mut self,
+        name: &str,
+        parent: NodeId,
+        weights: Arc<NodeWeights>,
+    ) -> NodeId {
         let id = self.nodes.len();
-        let node = TreeNode::new(name.to_owned(), Some(&self.nodes[parent]), id, weights);
+        let node = TreeNode::new(Some(&self.nodes[parent]), id, weights);
         self.nodes.push(node);
         self.by_name.insert(name.to_owned(), id);
         id
@@ -137,7 +140,13 @@ impl Tree {
     /// Set a node's `active`/`inuse` and push the change up (spec E.4). `save_vnow`:
     /// remember the volume's current budget as its `saved_margin` (the snapback
     /// reference point).
-    pub(crate) fn propagate(&mut self, id: NodeId, active: u32, inuse: u32, save_vnow: Option<u64>) {
+    pub(crate) fn propagate(
+        &mut self,
+        id: NodeId,
+        active: u32,
+        inuse: u32,
+        save_vnow: Option<u64>,
+    ) {
         let node = &self.nodes[id];
         let w = &node.weights;
         let child_active_sum = w.child_active_sum.load(Relaxed);
@@ -154,7 +163,8 @@ impl Tree {
         let cur_active = w.active.load(Relaxed);
         let cur_inuse = w.inuse.load(Relaxed);
         if let (Some(vnow), Some(vol)) = (save_vnow, &node.volume) {
-            vol.saved_margin.store(vdiff(vnow, vol.vtime.load(Relaxed)), Relaxed);
+            vol.saved_margin
+                .store(vdiff(vnow, vol.vtime.load(Relaxed)), Relaxed);
         }
         self.nodes[id].last_inuse = cur_inuse;
         if active == cur_active && inuse == cur_inuse {

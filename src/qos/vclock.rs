@@ -80,7 +80,8 @@ impl VClock {
         self.seq.store(s.wrapping_add(1), Ordering::Relaxed);
         fence(Ordering::Release);
         self.period_at_ns.store(period_at_ns, Ordering::Relaxed);
-        self.period_at_vtime.store(period_at_vtime, Ordering::Relaxed);
+        self.period_at_vtime
+            .store(period_at_vtime, Ordering::Relaxed);
         self.rate.store(rate, Ordering::Relaxed);
         self.seq.store(s.wrapping_add(2), Ordering::Release);
     }

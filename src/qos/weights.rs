@@ -24,7 +24,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
-use crate::cost_model::vtime::{cdiv_wide, WEIGHT_ONE};
+use crate::cost_model::vtime::{cdiv_mul, mul_div, WEIGHT_ONE};
 
 /// Smallest user weight.
 pub const WEIGHT_MIN: u32 = 1;
@@ -83,20 +83,23 @@ pub(crate) fn compute_hweight_max(path: &[Arc<NodeWeights>]) -> u32 {
     let Some(me) = path.last() else {
         return WEIGHT_ONE;
     };
-    let mut hwm = u128::from(WEIGHT_ONE);
-    let mut inuse = u128::from(me.active.load(Relaxed));
+    let mut hwm = u64::from(WEIGHT_ONE);
+    let mut inuse = u64::from(me.active.load(Relaxed));
     for pair in path.windows(2).rev() {
         let (p, c) = (&pair[0], &pair[1]);
-        let cis = (u128::from(p.child_inuse_sum.load(Relaxed)) + inuse)
-            .saturating_sub(u128::from(c.inuse.load(Relaxed)));
+        let cis = p
+            .child_inuse_sum
+            .load(Relaxed)
+            .saturating_add(inuse)
+            .saturating_sub(u64::from(c.inuse.load(Relaxed)));
         if cis == 0 {
             return 1;
         }
-        hwm = hwm * inuse / cis;
-        let pas = u128::from(p.child_active_sum.load(Relaxed));
-        inuse = u128::from(cdiv_wide(u128::from(p.active.load(Relaxed)) * cis, pas.max(1)));
+        hwm = mul_div(hwm, inuse, cis);
+        let pas = p.child_active_sum.load(Relaxed);
+        inuse = cdiv_mul(u64::from(p.active.load(Relaxed)), cis, pas.max(1));
     }
-    (hwm.min(u128::from(WEIGHT_ONE)) as u32).max(1)
+    (hwm.min(u64::from(WEIGHT_ONE)) as u32).max(1)
 }
 
 /// Pack a generation and both hweights into one word for the per-volume cache, so the

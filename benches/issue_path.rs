@@ -1,0 +1,108 @@
+//! Cost of the QoS issue path and of one planner run.
+//!
+//! * `admit_complete`: one `VolumeQos::admit` (Go, fast path) plus its `complete`, on
+//!   the real monotonic clock with a budget that never runs out (vrate at its maximum
+//!   and a cheap model), i.e. the per-request overhead the data path pays.
+//! * `plan_10k_volumes`: one `QosDevice::plan` with 10 000 active volumes, each with a
+//!   request in flight, on a manual clock advanced by one period before each run.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+use vhost_iocost::cost_model::{ModelConfig, Preset};
+use vhost_iocost::qos::{
+    Admission, Charge, IoKind, IoRequest, ManualClock, MonotonicClock, QosConfig, QosDevice,
+};
+
+fn admit_complete(c: &mut Criterion) {
+    let model = ModelConfig {
+        preset: Preset::FastSsd,
+        ..Default::default()
+    };
+    let qos = QosConfig {
+        min: 10_000.0,
+        max: 10_000.0,
+        ..QosConfig::default()
+    };
+    let dev = QosDevice::new(
+        model.build_boxed().unwrap(),
+        &qos,
+        Arc::new(MonotonicClock::new()),
+    );
+    let vol = dev.add_volume("v", None, 100).unwrap();
+    let _other = dev.add_volume("w", None, 100).unwrap();
+    let mut offset = 0u64;
+    c.bench_function("admit_complete", |b| {
+        b.iter(|| {
+            offset = (offset + 4096) % (1 << 30);
+            let io = IoRequest {
+                kind: IoKind::Read,
+                offset,
+                len: 4096,
+            };
+            match vol.admit(black_box(&io)) {
+                Admission::Go(ch) => vol.complete(&ch, 1, 2, 3),
+                Admission::Wait { until_ns } => {
+                    black_box(until_ns);
+                }
+            }
+        })
+    });
+}
+
+fn plan_10k(c: &mut Criterion) {
+    let clock = Arc::new(ManualClock::default());
+    let dev = QosDevice::new(
+        ModelConfig::default().build_boxed().unwrap(),
+        &QosConfig::default(),
+        clock.clone(),
+    );
+    for g in 0..100 {
+        dev.add_group(&format!("g{g}"), None, 100).unwrap();
+    }
+    let vols: Vec<_> = (0..10_000)
+        .map(|i| {
+            dev.add_volume(
+                &format!("v{i}"),
+                Some(&format!("g{}", i % 100)),
+                100 + (i % 7) as u32,
+            )
+            .unwrap()
+        })
+        .collect();
+    let period = dev.period_ns();
+    let io = IoRequest {
+        kind: IoKind::Read,
+        offset: 0,
+        len: 4096,
+    };
+    let mut inflight: Vec<Option<Charge>> = vec![None; vols.len()];
+    c.bench_function("plan_10k_volumes", |b| {
+        b.iter_batched(
+            || {
+                // Keep every volume active: complete the previous request, issue a new one.
+                for (v, slot) in vols.iter().zip(inflight.iter_mut()) {
+                    if let Some(ch) = slot.take() {
+                        v.complete(&ch, 1, 2, 3);
+                    }
+                    if let Admission::Go(ch) = v.admit(&io) {
+                        *slot = Some(ch);
+                    }
+                }
+                clock.advance(period);
+            },
+            |()| black_box(dev.plan()),
+            BatchSize::PerIteration,
+        )
+    });
+    assert_eq!(dev.last_period().nr_active, 10_000);
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
+    targets = admit_complete, plan_10k
+}
+criterion_main!(benches);

@@ -1,0 +1,117 @@
+//! The busy_level state machine (spec G.7, with the J.1 guard).
+//!
+//! busy_level counts consecutive periods in which the device looked saturated
+//! (positive) or in which volumes were throttled while the device had spare capacity
+//! (negative). vrate only moves once |busy_level| reaches 4 and then moves faster the
+//! longer the streak lasts (see [`super::vrate`]).
+//!
+//! * Saturated: rq-wait above 5 % of the period, or more misses than the percentile
+//!   allows, in either direction.
+//! * Clearly not saturated: every signal below 75 % of its threshold. If some volume is
+//!   short of budget, count down (unless IO is lagging, which blocks increases); if
+//!   nobody is short, there is nothing to gain: coast at 0.
+//! * In between: hold at 0 (hysteresis band).
+//!
+//! J.1 guard: a period in which nothing completed while IO was lagging says nothing
+//! about latency (no samples), so busy_level is kept, clamped to ±4, instead of being
+//! reset by a meaningless "all targets met".
+
+use super::lat_stat::LatStat;
+
+/// rq-wait above this percentage of the period means saturated.
+pub const RQ_WAIT_BUSY_PCT: u32 = 5;
+/// "Clearly not busy" = below this percentage of every threshold.
+pub const UNBUSY_THR_PCT: u32 = 75;
+/// busy_level bound.
+pub const BUSY_LEVEL_MAX: i32 = 1000;
+
+/// What the classification loop found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Demand {
+    pub nr_shortages: u32,
+    pub nr_lagging: u32,
+}
+
+/// The next busy_level. `ppm_thr` = `[1e6 − rppm, 1e6 − wppm]`.
+pub(crate) fn next_busy_level(busy: i32, lat: &LatStat, demand: &Demand, ppm_thr: [u32; 2]) -> i32 {
+    let [rthr, wthr] = ppm_thr;
+    let [rmiss, wmiss] = lat.missed_ppm;
+    let next = if lat.nr_done == 0 && demand.nr_lagging > 0 {
+        busy.clamp(-4, 4)
+    } else if lat.rq_wait_pct > RQ_WAIT_BUSY_PCT || rmiss > rthr || wmiss > wthr {
+        busy.max(0) + 1
+    } else if lat.rq_wait_pct <= RQ_WAIT_BUSY_PCT * UNBUSY_THR_PCT / 100
+        && u64::from(rmiss) <= u64::from(rthr) * u64::from(UNBUSY_THR_PCT) / 100
+        && u64::from(wmiss) <= u64::from(wthr) * u64::from(UNBUSY_THR_PCT) / 100
+    {
+        if demand.nr_shortages > 0 {
+            let b = busy.min(0);
+            if demand.nr_lagging == 0 {
+                b - 1
+            } else {
+                b
+            }
+        } else {
+            0
+        }
+    } else {
+        0
+    };
+    next.clamp(-BUSY_LEVEL_MAX, BUSY_LEVEL_MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lat(missed_r: u32, rq: u32) -> LatStat {
+        LatStat {
+            missed_ppm: [missed_r, 0],
+            rq_wait_pct: rq,
+            nr_done: 100,
+        }
+    }
+
+    const THR: [u32; 2] = [50_000, 50_000]; // p95
+
+    #[test]
+    fn counts_up_when_saturated() {
+        let d = Demand::default();
+        assert_eq!(next_busy_level(0, &lat(60_000, 0), &d, THR), 1);
+        assert_eq!(next_busy_level(-7, &lat(0, 6), &d, THR), 1);
+        assert_eq!(next_busy_level(5, &lat(0, 6), &d, THR), 6);
+        assert_eq!(next_busy_level(1000, &lat(0, 6), &d, THR), 1000);
+    }
+
+    #[test]
+    fn counts_down_only_when_short_and_clearly_idle() {
+        let short = Demand {
+            nr_shortages: 1,
+            nr_lagging: 0,
+        };
+        assert_eq!(next_busy_level(3, &lat(0, 0), &short, THR), -1);
+        assert_eq!(next_busy_level(-3, &lat(37_500, 3), &short, THR), -4);
+        // Hysteresis band: above 75 % of a threshold but not over it.
+        assert_eq!(next_busy_level(-3, &lat(40_000, 0), &short, THR), 0);
+        assert_eq!(next_busy_level(-3, &lat(0, 4), &short, THR), 0);
+        // Nobody short: coast.
+        assert_eq!(next_busy_level(-9, &lat(0, 0), &Demand::default(), THR), 0);
+        // Lagging IO blocks the count-down without resetting the streak.
+        let lagging = Demand {
+            nr_shortages: 1,
+            nr_lagging: 2,
+        };
+        assert_eq!(next_busy_level(-9, &lat(0, 0), &lagging, THR), -9);
+    }
+
+    #[test]
+    fn no_completions_with_lagging_io_holds_the_level() {
+        let d = Demand {
+            nr_shortages: 1,
+            nr_lagging: 1,
+        };
+        let empty = LatStat::default();
+        assert_eq!(next_busy_level(9, &empty, &d, THR), 4);
+        assert_eq!(next_busy_level(-2, &empty, &d, THR), -2);
+    }
+}

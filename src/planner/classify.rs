@@ -1,0 +1,145 @@
+//! Who has budget to spare and who is short (spec G.4, G.5).
+//!
+//! For every active volume the planner looks at its remaining budget:
+//!
+//! * A volume that is throttled, or whose budget fell below 20 % of a period, is
+//!   *short*: it could use more. (If it was donating, it stops.)
+//! * A volume already donating, or with no waiter and more than 20 % budget left, is a
+//!   *surplus candidate*. From its usage this period it gets a target hweight_inuse
+//!   such that, consuming at the same rate, it would end the next period with exactly
+//!   the target budget (50 %). If that is below what it could have, it donates the
+//!   difference.
+//!
+//! Budget above the 50 % target is discarded here too (recorded as lost vtime for vrate
+//! compensation), so nobody banks more than half a period of credit.
+//!
+//! The loop also counts volumes whose IO has been in flight for more than a period
+//! ("lagging"): their latency is not yet visible to the latency signal, so they block
+//! vrate increases.
+
+use std::sync::atomic::Ordering::{Acquire, Relaxed};
+
+use crate::cost_model::vtime::{after, before, cdiv, cdiv_mul, cost_to_abs_cost, vdiff, MILLION};
+use crate::qos::device::{DeviceShared, DeviceState};
+use crate::qos::params::Margins;
+use crate::qos::tree::W;
+use crate::qos::volume::VolumeCore;
+use crate::qos::weights::compute_hweight_max;
+
+use super::busy::Demand;
+use super::PeriodCtx;
+
+/// Classify all active volumes; donors are left in `st.scratch.surpluses`.
+pub(crate) fn classify(dev: &DeviceShared, st: &mut DeviceState, ctx: &PeriodCtx) -> (Demand, u64) {
+    let gen = dev.hweight_gen.load(Acquire);
+    let latency_qos = ctx.ppm_thr[0] != MILLION as u32 || ctx.ppm_thr[1] != MILLION as u32;
+    let vnow = ctx.now.vnow;
+    let mut demand = Demand::default();
+    let mut usage_us_sum = 0u64;
+    let DeviceState {
+        tree,
+        active,
+        scratch,
+        margins,
+        vtime_err,
+        vtime_base_rate,
+        ..
+    } = st;
+    scratch.surpluses.clear();
+    for (id, v) in active.iter() {
+        let id = *id;
+        let vdone = v.done_vtime.load(Relaxed);
+        let vtime = v.vtime.load(Relaxed);
+        let (hwa, hwi) = v.hweights(gen);
+
+        if latency_qos
+            && after(vtime, vdone)
+            && after(
+                vtime,
+                vnow.wrapping_sub(ctx.period_vtime.saturating_mul(10)),
+            )
+            && before(vdone, vnow.wrapping_sub(ctx.period_vtime))
+        {
+            demand.nr_lagging += 1;
+        }
+
+        let mut usage_us = tree.nodes[id].usage_delta_us;
+        usage_us_sum = usage_us_sum.saturating_add(usage_us);
+
+        let waiting = v.waiting.load(Relaxed);
+        let low = vnow.wrapping_sub(margins.low as u64);
+        if hwi < hwa || (!waiting && before(vtime, low)) {
+            if vdone != vtime {
+                // Slow in-flight IO counts as usage.
+                let inflight = cost_to_abs_cost(vtime.wrapping_sub(vdone), hwi);
+                usage_us = usage_us.max(cdiv(inflight, *vtime_base_rate));
+            }
+            let start_ns = tree.nodes[id].activated_at_ns.max(ctx.period_at_ns);
+            let usage_dur_us = (ctx.now.now_ns.saturating_sub(start_ns) / 1000).max(1);
+            let usage = cdiv_mul(usage_us, W, usage_dur_us).clamp(1, W) as u32;
+            let hwm = compute_hweight_max(&v.path);
+            let new_hwi = hweight_after_donation(margins, vtime_err, v, hwi, hwm, usage, ctx);
+            if new_hwi < hwm && hwa >= 2 {
+                let node = &mut tree.nodes[id];
+                node.hweight_donating = hwa;
+                node.hweight_after = new_hwi;
+                scratch.surpluses.push(id);
+            } else {
+                let active = v.weights().active.load(Relaxed);
+                tree.propagate(id, active, active, Some(vnow));
+                demand.nr_shortages += 1;
+            }
+        } else {
+            demand.nr_shortages += 1;
+        }
+    }
+    (demand, usage_us_sum)
+}
+
+/// The hweight_inuse a surplus candidate should keep (spec G.5).
+fn hweight_after_donation(
+    margins: &Margins,
+    vtime_err: &mut i64,
+    v: &VolumeCore,
+    old_hwi: u32,
+    hwm: u32,
+    usage: u32,
+    ctx: &PeriodCtx,
+) -> u32 {
+    let vnow = ctx.now.vnow;
+    let mut vtime = v.vtime.load(Relaxed);
+    // Throttled, or less than 10 % of a period left: keep everything.
+    if v.waiting.load(Relaxed) || after(vtime, vnow.wrapping_sub(margins.min as u64)) {
+        return hwm;
+    }
+    // Discard budget above the target (this happens even if the volume ends up not
+    // donating).
+    let excess = vdiff(vnow, vtime).saturating_sub(margins.target);
+    if excess > 0 {
+        v.vtime.fetch_add(excess as u64, Relaxed);
+        v.done_vtime.fetch_add(excess as u64, Relaxed);
+        vtime = vtime.wrapping_add(excess as u64);
+        let lost = i128::from(excess) * i128::from(old_hwi) / i128::from(W);
+        *vtime_err = vtime_err.saturating_sub(lost.min(i128::from(i64::MAX)) as i64);
+    }
+    // delta: the remaining budget as a fraction (×W) of the vtime that elapsed this
+    // period. Choose new_hwi so that consuming `usage` next period ends at the target:
+    //   usage = (1 − target + delta) · new_hwi
+    // Budgets here are between 10 % and 50 % of a period, so `W · budget` fits in i64;
+    // fall back to i128 for anything odd.
+    let w = W as i64;
+    let elapsed = vdiff(vnow, ctx.period_at_vtime).max(1);
+    let budget = vdiff(vnow, vtime);
+    let delta = match w.checked_mul(budget) {
+        Some(p) => p / elapsed,
+        None => (i128::from(w) * i128::from(budget) / i128::from(elapsed))
+            .clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64,
+    };
+    let target = w * crate::qos::params::MARGIN_TARGET_PCT as i64 / 100;
+    let denom = (w - target).saturating_add(delta);
+    if denom <= 0 {
+        return hwm;
+    }
+    let new_hwi = w * i64::from(usage) / denom;
+    new_hwi.clamp(1, i64::from(hwm)) as u32
+}

@@ -1,0 +1,61 @@
+//! Latency and device-slot wait over the last period (spec G.1).
+//!
+//! Completions report whether they met the latency target and how long they waited for
+//! a device slot; the counters are monotonic per volume. The planner takes the
+//! differences since its last run and turns them into the two saturation signals:
+//! missed-latency ppm per direction and rq-wait as a percentage of the period.
+
+use crate::cost_model::vtime::{cdiv, MILLION};
+use crate::qos::device::DeviceState;
+
+use std::sync::atomic::Ordering::Relaxed;
+
+/// The saturation signals of one period.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct LatStat {
+    /// `[read, write]` share of completions that missed the target, ppm.
+    pub missed_ppm: [u32; 2],
+    /// Σ device-slot wait over the period, percent of the period (may exceed 100).
+    pub rq_wait_pct: u32,
+    /// Reads and writes completed.
+    pub nr_done: u64,
+}
+
+/// Collect and reset-by-snapshot the counters of the active volumes.
+pub(crate) fn collect(st: &mut DeviceState, elapsed_ns: u64) -> LatStat {
+    let mut met = [0u64; 2];
+    let mut missed = [0u64; 2];
+    let mut rq_wait_ns = 0u64;
+    // Only active volumes can have completed anything since the last run: a volume is
+    // deactivated only after a whole period with nothing in flight, and this runs
+    // before deactivation.
+    let DeviceState { tree, active, .. } = st;
+    for (id, v) in active.iter() {
+        let node = &mut tree.nodes[*id];
+        for rw in 0..2 {
+            let m = v.lat.nr_met[rw].load(Relaxed);
+            let x = v.lat.nr_missed[rw].load(Relaxed);
+            met[rw] += u64::from(m.wrapping_sub(node.last_met[rw]));
+            missed[rw] += u64::from(x.wrapping_sub(node.last_missed[rw]));
+            node.last_met[rw] = m;
+            node.last_missed[rw] = x;
+        }
+        let w = v.lat.rq_wait_ns.load(Relaxed);
+        rq_wait_ns = rq_wait_ns.saturating_add(w.wrapping_sub(node.last_rq_wait_ns));
+        node.last_rq_wait_ns = w;
+    }
+    let mut missed_ppm = [0u32; 2];
+    for rw in 0..2 {
+        let total = met[rw] + missed[rw];
+        if total > 0 {
+            missed_ppm[rw] = cdiv(missed[rw].saturating_mul(MILLION), total) as u32;
+        }
+    }
+    let rq_wait_pct = (u128::from(rq_wait_ns) * 100 / u128::from(elapsed_ns.max(1)))
+        .min(u128::from(u32::MAX)) as u32;
+    LatStat {
+        missed_ppm,
+        rq_wait_pct,
+        nr_done: met[0] + met[1] + missed[0] + missed[1],
+    }
+}

@@ -1,0 +1,109 @@
+//! Planner unit tests on a manual clock.
+
+use crate::qos::test_util::{device, io_us, qos_10ms};
+use crate::qos::{Admission, Clock, IoKind, IoRequest};
+
+/// The worked example of spec G.6: root with A(100) and B(100), both active. A used
+/// 10 % of the device and ends the period with 50 % budget; B is short.
+#[test]
+fn donation_matches_the_spec_worked_example() {
+    let (dev, clock) = device(&qos_10ms());
+    let a = dev.add_volume("A", None, 100).unwrap();
+    let b = dev.add_volume("B", None, 100).unwrap();
+    let period = dev.period_ns();
+    assert_eq!(period, 10_000_000);
+    // Both activate at the same instant, which also starts the period.
+    for step in 0..10 {
+        // A: 100 µs of device time per 1 ms = 10 % of the device.
+        match a.admit(&io_us(100)) {
+            Admission::Go(c) => a.complete(&c, 0, 0, 0),
+            Admission::Wait { .. } => panic!("A must never wait"),
+        }
+        // B: as much as it can get, then throttled.
+        while let Admission::Go(c) = b.admit(&io_us(250)) {
+            b.complete(&c, 0, 0, 0);
+        }
+        let _ = step;
+        clock.advance(period / 10);
+    }
+    let before = a.stats();
+    assert_eq!(before.hweight_active_raw, 32_768);
+    assert_eq!(before.hweight_inuse_raw, 32_768);
+
+    dev.plan();
+
+    let rec = dev.last_period();
+    assert_eq!((rec.nr_donors, rec.nr_shortages), (1, 1));
+    let sa = a.stats();
+    let sb = b.stats();
+    assert_eq!(sa.inuse_raw, 728_228, "inuse(A) ≈ weight 11.11");
+    assert_eq!(sa.hweight_inuse_raw, 6_554, "hwi(A) = 10.0 %");
+    assert_eq!(sb.hweight_inuse_raw, 58_981, "hwi(B) = 90.0 %");
+    assert_eq!(
+        sa.hweight_active_raw, 32_768,
+        "donation leaves the fair share alone"
+    );
+    assert!((sa.donated - 40.0).abs() < 0.01, "{}", sa.donated);
+    assert!((sa.usage_pct - 10.0).abs() < 0.01, "{}", sa.usage_pct);
+}
+
+/// A volume whose latency target is missed by more than the percentile allows makes
+/// the device busy; after 4 such periods vrate drops by 1 % per period.
+#[test]
+fn missed_latency_lowers_vrate_after_four_periods() {
+    let (dev, clock) = device(&qos_10ms());
+    let v = dev.add_volume("v", None, 100).unwrap();
+    let period = dev.period_ns();
+    let read = IoRequest {
+        kind: IoKind::Read,
+        offset: 0,
+        len: 10,
+    };
+    let mut vrates = Vec::new();
+    for _ in 0..8 {
+        for _ in 0..20 {
+            if let Admission::Go(c) = v.admit(&read) {
+                let t = clock.now_ns();
+                v.complete(&c, t, t, t + 6_000_000); // 6 ms > 5 ms target
+            }
+        }
+        clock.advance(period);
+        dev.plan();
+        vrates.push(dev.vrate_ppm());
+        assert!(dev.last_period().missed_ppm[0] > 50_000);
+    }
+    assert_eq!(&vrates[..3], &[1_000_000; 3]);
+    assert_eq!(dev.stats().busy_level, 8);
+    // 1 % down (the integer rate rounds up: 136 064 / 137 438 = 99.0002 %).
+    assert!(vrates[3].abs_diff(990_000) < 10, "{vrates:?}");
+    assert!(vrates[7] < vrates[6], "{vrates:?}");
+}
+
+/// A device with no busy signal and a throttled volume counts down and raises vrate,
+/// but never above max.
+#[test]
+fn starved_volume_raises_vrate_up_to_max() {
+    let qos = crate::qos::QosConfig {
+        max: 110.0,
+        ..qos_10ms()
+    };
+    let (dev, clock) = device(&qos);
+    let v = dev.add_volume("v", None, 100).unwrap();
+    let period = dev.period_ns();
+    let mut max_seen = 0;
+    for _ in 0..40 {
+        for _ in 0..10 {
+            while let Admission::Go(c) = v.admit(&io_us(100)) {
+                let t = clock.now_ns();
+                v.complete(&c, t, t, t + 1_000);
+            }
+            clock.advance(period / 10);
+        }
+        dev.plan();
+        max_seen = max_seen.max(dev.vrate_ppm());
+        // vrate_max = ⌈1.1 · 137 438⌉ = 151 182 vtime/µs = 110.0001 %.
+        assert!(dev.vrate_ppm() <= 1_100_001, "{}", dev.vrate_ppm());
+    }
+    assert_eq!(max_seen, 1_100_001);
+    assert!(dev.stats().busy_level < -4);
+}

@@ -1,0 +1,103 @@
+//! vrate: how fast global vtime runs (spec G.8, G.11).
+//!
+//! The *base* vrate is the planner's estimate of how fast the device really is relative
+//! to the cost model. It moves by a percentage per period that grows with the length of
+//! the busy (down) or starved (up) streak: nothing for the first 3 periods, then 1 %,
+//! 2 %, 4 %, 8 % and finally 16 % per period. It never leaves the configured
+//! [min, max]; if it is outside (bounds changed), it approaches them by 4 % per period.
+//!
+//! The *effective* vrate, at which vnow actually runs, adds a temporary compensation for
+//! budget the planner discarded (above-target budget of idle or donating volumes), so
+//! that discarding it does not lose work: the lost vtime is handed out again over the
+//! next period, within 0.5×..2× of the base rate.
+
+use crate::cost_model::vtime::cdiv;
+use crate::qos::device::{DeviceShared, DeviceState};
+use crate::qos::vclock::Now;
+
+/// Step when vrate is outside its bounds, percent per period.
+pub const VRATE_CLAMP_ADJ_PCT: u64 = 4;
+
+/// Adjustment percentage for a |busy_level| (spec B.2).
+pub fn vrate_adj_pct(abs_busy_level: u32) -> u64 {
+    match abs_busy_level.min(52) {
+        0..=3 => 0,
+        4..=19 => 1,
+        20..=35 => 2,
+        36..=43 => 4,
+        44..=51 => 8,
+        _ => 16,
+    }
+}
+
+/// Move the base vrate according to busy_level (spec G.8).
+pub(crate) fn adjust_base_vrate(dev: &DeviceShared, st: &mut DeviceState, nr_lagging: u32) {
+    let busy = st.busy_level;
+    if busy == 0 || (busy < 0 && nr_lagging > 0) {
+        return;
+    }
+    let vmin = dev.params.vrate_min();
+    let vmax = dev.params.vrate_max();
+    let mut v = st.vtime_base_rate;
+    if v < vmin {
+        v = (v * (100 + VRATE_CLAMP_ADJ_PCT) / 100).min(vmin);
+    } else if v > vmax {
+        v = (v * (100 - VRATE_CLAMP_ADJ_PCT) / 100).max(vmax);
+    } else {
+        let pct = vrate_adj_pct(busy.unsigned_abs());
+        let factor = if busy > 0 { 100 - pct } else { 100 + pct };
+        v = cdiv(v.saturating_mul(factor), 100).clamp(vmin, vmax);
+    }
+    dev.set_base_rate(st, v);
+}
+
+/// Set the effective rate for the coming period, compensating lost vtime (spec G.11).
+pub(crate) fn refresh_vrate(dev: &DeviceShared, st: &mut DeviceState, now: Now) {
+    let (period_at_ns, _, _) = dev.vclock.read();
+    let period_us = dev.params.period_us as i64;
+    let base = st.vtime_base_rate as i64;
+    let pleft = (period_at_ns / 1000) as i64 + period_us - (now.now_ns / 1000) as i64;
+    let vperiod = period_us.saturating_mul(base);
+    let mut rate = base;
+    if pleft > 0 {
+        let vcomp = (-(st.vtime_err / pleft)).clamp(-(base >> 1), base);
+        st.vtime_err = st.vtime_err.saturating_add(vcomp.saturating_mul(pleft));
+        rate = base + vcomp;
+    }
+    // Deviation: the kernel keeps the old effective rate when no period is running;
+    // using the base rate then is equivalent (nothing is throttled) and simpler.
+    st.vtime_err = st.vtime_err.clamp(-vperiod, vperiod);
+    let rate = rate.max(1) as u64;
+    if rate != st.vtime_rate {
+        st.vtime_rate = rate;
+        // Rebase at now so that vnow stays continuous across the rate change.
+        let vnow = dev.vclock.vnow_at(now.now_ns);
+        dev.vclock.set(now.now_ns, vnow, rate);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adjustment_table_matches_spec() {
+        let want = [
+            (0, 0),
+            (3, 0),
+            (4, 1),
+            (19, 1),
+            (20, 2),
+            (35, 2),
+            (36, 4),
+            (43, 4),
+            (44, 8),
+            (51, 8),
+            (52, 16),
+            (1000, 16),
+        ];
+        for (level, pct) in want {
+            assert_eq!(vrate_adj_pct(level), pct, "level {level}");
+        }
+    }
+}

@@ -1,0 +1,471 @@
+//! The issue path of one volume (spec F): price, activate, decide, charge.
+//!
+//! Each volume has a local vtime cursor. An admitted request advances it by its *local*
+//! cost, `abs_cost / hweight_inuse`: a volume with a 25 % share pays four times the
+//! device time. The request may go now iff `vtime + cost ≤ vnow`; the gap `vnow − vtime`
+//! is the volume's budget. An active volume is handed exactly half a period of budget
+//! when it (re)activates, and the planner discards anything above that, so an idle
+//! volume cannot bank credit.
+//!
+//! The common case takes no lock and makes no syscall beyond the clock read: a few
+//! atomic loads, one generation check of the cached hweights and one atomic add. The
+//! device lock is taken only to activate an idle volume, to take back a donation when
+//! the volume runs short ("snapback", spec F.4), and when a throttled volume still
+//! donates (a volume with waiters always holds its full weight).
+//!
+//! The core does not queue. On [`Admission::Wait`] the caller parks the request in the
+//! volume's FIFO and offers the head again at `until_ns`; the core only remembers that
+//! the volume has a waiter (for the planner and for statistics).
+
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering::*};
+use std::sync::{Arc, Mutex};
+
+use crate::cost_model::vtime::{
+    abs_cost_to_cost, after, before_eq, cdiv, vdiff, MAX_ABS_COST, VTIME_PER_NSEC, VTIME_PER_USEC,
+    WEIGHT_ONE,
+};
+use crate::cost_model::{CostInput, IoKind};
+
+use super::device::DeviceShared;
+use super::histogram::LatencyWindows;
+use super::request::{Admission, Charge, IoRequest};
+use super::stats::VolumeStats;
+use super::tree::NodeId;
+use super::vclock::Now;
+use super::weights::{compute_hweights, pack_cache, unpack_cache, NodeWeights};
+
+/// Snapback step: raise inuse by 25 % of active per step (spec B.1).
+const INUSE_ADJ_STEP_PCT: u64 = 25;
+
+/// Latency-QoS counters, per volume (the kernel keeps them per CPU). Monotonic and
+/// wrapping; the planner takes differences.
+#[derive(Debug, Default)]
+pub(crate) struct LatCounters {
+    pub nr_met: [AtomicU32; 2],
+    pub nr_missed: [AtomicU32; 2],
+    pub rq_wait_ns: AtomicU64,
+}
+
+/// Monotonic per-volume counters for statistics.
+#[derive(Debug, Default)]
+pub(crate) struct IoCounters {
+    pub read_ios: AtomicU64,
+    pub read_bytes: AtomicU64,
+    pub write_ios: AtomicU64,
+    pub write_bytes: AtomicU64,
+    pub other_ios: AtomicU64,
+    pub throttled: AtomicU64,
+    pub wait_ns: AtomicU64,
+    pub lat_met: AtomicU64,
+    pub lat_missed: AtomicU64,
+}
+
+/// The shared state of one volume: everything the issue path touches.
+#[derive(Debug)]
+pub(crate) struct VolumeCore {
+    pub name: String,
+    pub node: NodeId,
+    /// Root-to-volume path of weight cells, for lock-free hweights.
+    pub path: Box<[Arc<NodeWeights>]>,
+    /// Local vtime: advanced by every admitted request's local cost.
+    pub vtime: AtomicU64,
+    /// Advanced by the cost of every completed request; `vtime - done_vtime` is in flight.
+    pub done_vtime: AtomicU64,
+    /// Last planner period in which the volume offered a request.
+    pub active_period: AtomicU64,
+    /// Counted in the weight tree (set under the device lock).
+    pub on_active: AtomicBool,
+    /// End of the previous admitted request + 1 (0 = none yet), for seq/rand detection.
+    pub cursor: AtomicU64,
+    /// `(generation, hwa, hwi)` packed, see [`pack_cache`].
+    pub hw_cache: AtomicU64,
+    /// Budget (`vnow - vtime`) at the last saving propagation: snapback reference.
+    pub saved_margin: AtomicI64,
+    /// Σ absolute cost admitted (usage), monotonic.
+    pub abs_vusage: AtomicU64,
+    /// The caller has a parked request (its FIFO head got Wait and has not gone yet).
+    pub waiting: AtomicBool,
+    /// When the current wait began, ns.
+    pub wait_since_ns: AtomicU64,
+    pub lat: LatCounters,
+    pub io: IoCounters,
+    /// Device time used in the last period, ppm of the period (planner-written).
+    pub usage_ppm: AtomicU32,
+    /// Cumulative device time used, µs (planner-written).
+    pub usage_us: AtomicU64,
+    pub hist: Mutex<LatencyWindows>,
+}
+
+impl VolumeCore {
+    pub(crate) fn new(
+        name: &str,
+        node: NodeId,
+        path: Box<[Arc<NodeWeights>]>,
+        vnow: u64,
+        period: u64,
+    ) -> Self {
+        VolumeCore {
+            name: name.to_owned(),
+            node,
+            path,
+            vtime: AtomicU64::new(vnow),
+            done_vtime: AtomicU64::new(vnow),
+            active_period: AtomicU64::new(period),
+            on_active: AtomicBool::new(false),
+            cursor: AtomicU64::new(0),
+            hw_cache: AtomicU64::new(pack_cache(u32::MAX, WEIGHT_ONE, WEIGHT_ONE)),
+            saved_margin: AtomicI64::new(0),
+            abs_vusage: AtomicU64::new(0),
+            waiting: AtomicBool::new(false),
+            wait_since_ns: AtomicU64::new(0),
+            lat: LatCounters::default(),
+            io: IoCounters::default(),
+            usage_ppm: AtomicU32::new(0),
+            usage_us: AtomicU64::new(0),
+            hist: Mutex::new(LatencyWindows::default()),
+        }
+    }
+
+    /// This volume's own weight cell.
+    pub(crate) fn weights(&self) -> &NodeWeights {
+        // The path always ends with the volume itself (it has at least root + self).
+        &self.path[self.path.len() - 1]
+    }
+
+    /// `(hweight_active, hweight_inuse)`, from the cache when the generation matches.
+    pub(crate) fn hweights(&self, gen: u32) -> (u32, u32) {
+        let (cgen, hwa, hwi) = unpack_cache(self.hw_cache.load(Relaxed));
+        if cgen == gen {
+            return (hwa, hwi);
+        }
+        let (hwa, hwi) = compute_hweights(&self.path);
+        self.hw_cache.store(pack_cache(gen, hwa, hwi), Relaxed);
+        (hwa, hwi)
+    }
+
+    /// Force the next [`VolumeCore::hweights`] to recompute.
+    pub(crate) fn invalidate_hweights(&self, gen: u32) {
+        self.hw_cache.store(
+            pack_cache(gen.wrapping_sub(1), WEIGHT_ONE, WEIGHT_ONE),
+            Relaxed,
+        );
+    }
+
+    /// Is the volume idle: nothing offered this period and nothing in flight (spec G.2)?
+    pub(crate) fn is_idle(&self, cur_period: u64) -> bool {
+        self.active_period.load(Relaxed) != cur_period
+            && self.done_vtime.load(Relaxed) == self.vtime.load(Relaxed)
+    }
+
+    /// Total wait time including a wait still in progress.
+    fn wait_ns_total(&self, now_ns: u64) -> u64 {
+        let mut t = self.io.wait_ns.load(Relaxed);
+        if self.waiting.load(Relaxed) {
+            t += now_ns.saturating_sub(self.wait_since_ns.load(Relaxed));
+        }
+        t
+    }
+}
+
+/// The per-volume handle the data path uses. `Send + Sync`; several worker threads may
+/// share it (races between them are benign, as in the kernel: two requests may both see
+/// the same budget and both go).
+#[derive(Debug)]
+pub struct VolumeQos {
+    pub(crate) dev: Arc<DeviceShared>,
+    pub(crate) core: Arc<VolumeCore>,
+}
+
+impl VolumeQos {
+    /// The volume's name.
+    pub fn name(&self) -> &str {
+        &self.core.name
+    }
+
+    /// Price the request and decide. On [`Admission::Go`] the cost is committed (local
+    /// vtime advanced) and the caller must eventually call [`VolumeQos::complete`] with
+    /// the returned charge. On [`Admission::Wait`] nothing is committed.
+    ///
+    /// The caller keeps FIFO order per volume: while requests are parked, only the head
+    /// is offered here.
+    pub fn admit(&self, io: &IoRequest) -> Admission {
+        let dev = &*self.dev;
+        let v = &*self.core;
+        let cursor = v.cursor.load(Relaxed);
+        let input = CostInput {
+            kind: io.kind,
+            offset: io.offset,
+            len: io.len,
+            prev_end: cursor.checked_sub(1),
+        };
+        let abs = dev.model.abs_cost(&input).min(MAX_ABS_COST);
+        if !dev.params.enable || abs == 0 {
+            // Unthrottled, but still counted.
+            return self.go(io, abs, 0, None);
+        }
+        let now = self.activate();
+        let vtime = v.vtime.load(Relaxed);
+        let cost = self.adjust_inuse_and_calc_cost(vtime, abs, &now);
+        if before_eq(vtime.wrapping_add(cost), now.vnow) {
+            return self.go(io, abs, cost, Some(now.now_ns));
+        }
+        self.throttle(io, abs, cost, vtime, now)
+    }
+
+    /// Report a completion. `alloc_ns` = when admitted (after any throttling wait),
+    /// `start_ns` = when the request obtained a device slot, `done_ns` = device
+    /// completion; all on the QoS clock. Feeds the latency and rq-wait signals of the
+    /// planner: device latency is `done − alloc`, never including throttled time.
+    pub fn complete(&self, charge: &Charge, alloc_ns: u64, start_ns: u64, done_ns: u64) {
+        let dev = &*self.dev;
+        let v = &*self.core;
+        if charge.cost != 0 {
+            v.done_vtime.fetch_add(charge.cost, Relaxed);
+        }
+        let on_q_ns = done_ns.saturating_sub(alloc_ns);
+        if dev.params.enable && charge.kind.is_data() {
+            let rw = usize::from(charge.kind == IoKind::Write);
+            let size_ns = dev.model.size_cost(charge.kind, charge.len) / VTIME_PER_NSEC;
+            let target_ns = u64::from(if rw == 0 {
+                dev.params.rlat_us
+            } else {
+                dev.params.wlat_us
+            }) * 1000;
+            // The transfer time of a large request is credited: being large is not a miss.
+            if on_q_ns <= size_ns || on_q_ns - size_ns <= target_ns {
+                v.lat.nr_met[rw].fetch_add(1, Relaxed);
+                v.io.lat_met.fetch_add(1, Relaxed);
+            } else {
+                v.lat.nr_missed[rw].fetch_add(1, Relaxed);
+                v.io.lat_missed.fetch_add(1, Relaxed);
+            }
+            v.lat
+                .rq_wait_ns
+                .fetch_add(start_ns.saturating_sub(alloc_ns), Relaxed);
+        }
+        let period = dev.cur_period.load(Relaxed);
+        let mut h = v.hist.lock().unwrap_or_else(|e| e.into_inner());
+        h.record(period, on_q_ns / 1000);
+    }
+
+    /// Forget a pending wait. Call when parked requests are dropped without being
+    /// admitted (device reset, disconnect); otherwise the volume keeps counting as
+    /// throttled and is never deactivated.
+    pub fn cancel_wait(&self) {
+        let v = &*self.core;
+        if v.waiting.swap(false, Relaxed) {
+            let now = self.dev.clock.now_ns();
+            let since = v.wait_since_ns.load(Relaxed);
+            v.io.wait_ns.fetch_add(now.saturating_sub(since), Relaxed);
+        }
+    }
+
+    /// A statistics snapshot.
+    pub fn stats(&self) -> VolumeStats {
+        let dev = &*self.dev;
+        let v = &*self.core;
+        let gen = dev.hweight_gen.load(Acquire);
+        let active = v.on_active.load(Relaxed);
+        let (hwa, hwi) = if active { v.hweights(gen) } else { (0, 0) };
+        let pct = |hw: u32| f64::from(hw) * 100.0 / f64::from(WEIGHT_ONE);
+        let w = v.weights();
+        let period = dev.cur_period.load(Relaxed);
+        let (p50p, p99p, p50, p99) = {
+            let mut h = v.hist.lock().unwrap_or_else(|e| e.into_inner());
+            h.rotate(period);
+            (
+                h.last().percentile(50.0),
+                h.last().percentile(99.0),
+                h.all.percentile(50.0),
+                h.all.percentile(99.0),
+            )
+        };
+        VolumeStats {
+            name: v.name.clone(),
+            weight: w.weight.load(Relaxed) / WEIGHT_ONE,
+            active,
+            hweight_active: pct(hwa),
+            hweight_inuse: pct(hwi),
+            donated: pct(hwa.saturating_sub(hwi)),
+            hweight_active_raw: hwa,
+            hweight_inuse_raw: hwi,
+            inuse_raw: w.inuse.load(Relaxed),
+            usage_pct: f64::from(v.usage_ppm.load(Relaxed)) / 10_000.0,
+            usage_us: v.usage_us.load(Relaxed),
+            wait_us: v.wait_ns_total(dev.clock.now_ns()) / 1000,
+            throttled: v.io.throttled.load(Relaxed),
+            read_ios: v.io.read_ios.load(Relaxed),
+            read_bytes: v.io.read_bytes.load(Relaxed),
+            write_ios: v.io.write_ios.load(Relaxed),
+            write_bytes: v.io.write_bytes.load(Relaxed),
+            other_ios: v.io.other_ios.load(Relaxed),
+            lat_met: v.io.lat_met.load(Relaxed),
+            lat_missed: v.io.lat_missed.load(Relaxed),
+            lat_p50_us_period: p50p,
+            lat_p99_us_period: p99p,
+            lat_p50_us: p50,
+            lat_p99_us: p99,
+        }
+    }
+
+    /// Commit and count an admitted request.
+    fn go(&self, io: &IoRequest, abs: u64, cost: u64, now_ns: Option<u64>) -> Admission {
+        let v = &*self.core;
+        if cost != 0 {
+            v.vtime.fetch_add(cost, Relaxed);
+            v.abs_vusage.fetch_add(abs, Relaxed);
+        }
+        if io.kind != IoKind::Flush {
+            v.cursor
+                .store(io.offset.saturating_add(io.len).wrapping_add(1), Relaxed);
+        }
+        if v.waiting.load(Relaxed) && v.waiting.swap(false, Relaxed) {
+            let now = now_ns.unwrap_or_else(|| self.dev.clock.now_ns());
+            let since = v.wait_since_ns.load(Relaxed);
+            v.io.wait_ns.fetch_add(now.saturating_sub(since), Relaxed);
+            v.io.throttled.fetch_add(1, Relaxed);
+        }
+        match io.kind {
+            IoKind::Read => {
+                v.io.read_ios.fetch_add(1, Relaxed);
+                v.io.read_bytes.fetch_add(io.len, Relaxed);
+            }
+            IoKind::Write => {
+                v.io.write_ios.fetch_add(1, Relaxed);
+                v.io.write_bytes.fetch_add(io.len, Relaxed);
+            }
+            _ => {
+                v.io.other_ios.fetch_add(1, Relaxed);
+            }
+        }
+        Admission::Go(Charge {
+            kind: io.kind,
+            len: io.len,
+            cost,
+            abs_cost: abs,
+        })
+    }
+
+    /// Make sure the volume is active (spec F.3) and return the clock snapshot.
+    fn activate(&self) -> Now {
+        let dev = &*self.dev;
+        let v = &*self.core;
+        if v.on_active.load(Acquire) {
+            let now = dev.now();
+            let cp = dev.cur_period.load(Relaxed);
+            if v.active_period.load(Relaxed) != cp {
+                v.active_period.store(cp, Relaxed);
+            }
+            return now;
+        }
+        let mut st = dev.lock();
+        let now = dev.now();
+        v.active_period.store(dev.cur_period.load(Relaxed), Relaxed);
+        if v.on_active.load(Relaxed) {
+            return now;
+        }
+        // Start with exactly the target budget: old credit and old overage are dropped.
+        let target = st.margins.target as u64;
+        let delta = now
+            .vnow
+            .wrapping_sub(target)
+            .wrapping_sub(v.vtime.load(Relaxed));
+        v.vtime.fetch_add(delta, Relaxed);
+        v.done_vtime.fetch_add(delta, Relaxed); // keeps the in-flight difference
+        let node = v.node;
+        let weight = v.weights().weight.load(Relaxed);
+        let last_inuse = st.tree.nodes[node].last_inuse;
+        let inuse = if last_inuse != 0 { last_inuse } else { weight };
+        st.tree.propagate(node, weight, inuse, Some(now.vnow));
+        st.tree.commit_weights(&dev.hweight_gen);
+        v.invalidate_hweights(dev.hweight_gen.load(Acquire));
+        st.tree.nodes[node].activated_at_ns = now.now_ns;
+        st.active.push((node, Arc::clone(&self.core)));
+        v.on_active.store(true, Release);
+        if !st.running {
+            st.running = true;
+            dev.start_period(&mut st, now);
+        }
+        now
+    }
+
+    /// Cost at the current hweight_inuse; takes back donated weight in 25 % steps when
+    /// the budget has become low (spec F.4).
+    fn adjust_inuse_and_calc_cost(&self, vtime: u64, abs: u64, now: &Now) -> u64 {
+        let dev = &*self.dev;
+        let v = &*self.core;
+        let (_, hwi) = v.hweights(dev.hweight_gen.load(Acquire));
+        let mut cost = abs_cost_to_cost(abs, hwi);
+        let margin = vdiff(now.vnow, vtime).saturating_sub(cost as i64);
+        let w = v.weights();
+        if margin >= v.saved_margin.load(Relaxed)
+            || margin >= dev.margin_low.load(Relaxed)
+            || w.inuse.load(Relaxed) == w.active.load(Relaxed)
+        {
+            return cost;
+        }
+        let mut st = dev.lock();
+        if !v.on_active.load(Relaxed) {
+            return cost;
+        }
+        let active = w.active.load(Relaxed);
+        let step = cdiv(u64::from(active) * INUSE_ADJ_STEP_PCT, 100) as u32;
+        let mut new_inuse = w.inuse.load(Relaxed);
+        loop {
+            new_inuse = new_inuse.saturating_add(step.max(1));
+            st.tree.propagate(v.node, active, new_inuse, Some(now.vnow));
+            st.tree.commit_weights(&dev.hweight_gen);
+            let (_, hwi) = v.hweights(dev.hweight_gen.load(Acquire));
+            cost = abs_cost_to_cost(abs, hwi);
+            if !(after(vtime.wrapping_add(cost), now.vnow) && w.inuse.load(Relaxed) != active) {
+                break;
+            }
+        }
+        cost
+    }
+
+    /// The request does not fit its budget: make sure the volume holds its full weight,
+    /// then either let it go after all or tell the caller when to retry.
+    fn throttle(&self, io: &IoRequest, abs: u64, mut cost: u64, vtime: u64, now: Now) -> Admission {
+        let dev = &*self.dev;
+        let v = &*self.core;
+        if !v.on_active.load(Acquire) {
+            // Deactivated by the planner since we looked: nothing to throttle against.
+            return self.go(io, abs, cost, Some(now.now_ns));
+        }
+        let w = v.weights();
+        if w.inuse.load(Relaxed) != w.active.load(Relaxed) {
+            // A volume with waiters must hold its full weight: cancel any donation now.
+            let mut st = dev.lock();
+            if v.on_active.load(Relaxed) {
+                let active = w.active.load(Relaxed);
+                st.tree.propagate(v.node, active, active, Some(now.vnow));
+                st.tree.commit_weights(&dev.hweight_gen);
+            }
+            drop(st);
+            let (_, hwi) = v.hweights(dev.hweight_gen.load(Acquire));
+            cost = abs_cost_to_cost(abs, hwi);
+            if before_eq(vtime.wrapping_add(cost), now.vnow) {
+                return self.go(io, abs, cost, Some(now.now_ns));
+            }
+        }
+        if !v.waiting.load(Relaxed) {
+            v.wait_since_ns.store(now.now_ns, Relaxed);
+            v.waiting.store(true, Relaxed);
+        }
+        // Sleep for the shortage at the base rate, plus timer slack (spec F.6).
+        let shortage = vtime.wrapping_add(cost).wrapping_sub(now.vnow);
+        let rate = dev.base_rate.load(Relaxed).max(1);
+        let wait_us = cdiv(shortage, rate);
+        let until_ns = now
+            .now_ns
+            .saturating_add(wait_us.saturating_mul(1000))
+            .saturating_add(dev.params.timer_slack_ns);
+        Admission::Wait { until_ns }
+    }
+}
+
+/// Percent of 100 % vrate for a rate in vtime per µs.
+pub(crate) fn rate_to_ppm(rate: u64) -> u64 {
+    crate::cost_model::vtime::mul_div(rate, 1_000_000, VTIME_PER_USEC)
+}
