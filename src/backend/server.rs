@@ -113,7 +113,13 @@ impl<A: Admission> VolumeServer<A> {
         drop(daemon);
         let in_flight = backend.worker().in_flight();
         tracing::info!(volume = %name, in_flight, "frontend disconnected");
-        result.map_err(daemon_error)
+        match result {
+            // A frontend going away is the normal end of a connection.
+            Err(vhost_user_backend::Error::HandleRequest(
+                vhost::vhost_user::Error::Disconnected | vhost::vhost_user::Error::PartialMessage,
+            )) => Ok(()),
+            other => other.map_err(daemon_error),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Connection<A>>> {

@@ -150,13 +150,11 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
         let t = self.tokens;
         match device_event {
             q if (q as usize) < vrings.len() => {
-                let mem = self
-                    .mem
-                    .read()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .memory()
-                    .into_inner();
-                worker.on_kick(vrings, q, &mem)
+                let memory = || {
+                    let atomic = self.mem.read().unwrap_or_else(|e| e.into_inner());
+                    atomic.memory().into_inner()
+                };
+                worker.on_kick(vrings, q, &memory)
             }
             e if e == t.completion => worker.on_completion(vrings),
             e if e == t.timer => worker.on_timer(vrings),

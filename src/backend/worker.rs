@@ -134,14 +134,21 @@ impl<A: Admission> Worker<A> {
         }
     }
 
-    /// A kick (or a ring becoming ready) on queue `queue`.
-    pub fn on_kick(&mut self, vrings: &[Vring], queue: u16, mem: &Arc<Mem>) -> io::Result<()> {
+    /// A kick (or a ring becoming ready) on queue `queue`. `memory` gives the current guest
+    /// memory map: it is read again on every pass, because requests found after
+    /// re-enabling notifications may use regions added (ADD_MEM_REG) since the last pass.
+    pub fn on_kick(
+        &mut self,
+        vrings: &[Vring],
+        queue: u16,
+        memory: &dyn Fn() -> Arc<Mem>,
+    ) -> io::Result<()> {
         self.remember_vrings(vrings);
         if self.stopping & (1 << queue) == 0 {
             let vring = &vrings[queue as usize];
             loop {
                 vring.disable_notification().map_err(io::Error::other)?;
-                self.pop_all(vring, queue, mem)?;
+                self.pop_all(vring, queue, &memory())?;
                 if !vring.enable_notification().map_err(io::Error::other)? {
                     break;
                 }

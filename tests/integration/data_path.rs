@@ -390,7 +390,8 @@ fn data_survives_a_reconnect() {
                 buf: 0
             }),
             0,
-            "round {round}"
+            "round {round}; daemon log:\n{}",
+            d.log_text()
         );
         assert!(
             c.buf()[..65536] == pattern(MIB, 65536, 1)[..],
