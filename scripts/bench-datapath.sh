@@ -23,8 +23,11 @@ print("{:>10.0f} IOPS  p50={:.0f}us p99={:.0f}us".format(j["iops"], p["50.000000
 }
 
 echo "== file backend, 4 KiB randread, runtime ${runtime}s, $(nproc) cores, $(uname -r)"
+# QoS off: this measures the data path alone (scripts/bench-qos.sh measures QoS).
 start_daemon "[device]
 path = \"disk.img\"
+[device.qos]
+enable = false
 [[volume]]
 name = \"v\"
 socket = \"v.sock\"
@@ -40,6 +43,8 @@ stop_daemon
 echo "== null device, 4 KiB randread, QD32"
 start_daemon "[device]
 kind = \"null\"
+[device.qos]
+enable = false
 [[volume]]
 name = \"n\"
 socket = \"n.sock\"

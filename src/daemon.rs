@@ -54,7 +54,7 @@ impl Daemon {
             let volume = Arc::new(Volume::new(v, shared.clone(), handle));
             servers.push(VolumeServer::start(volume)?);
         }
-        spawn_planner(qos.clone())?;
+        spawn_planner(qos.clone(), servers.clone())?;
         Ok(Daemon { qos, servers })
     }
 
@@ -87,17 +87,25 @@ fn build_qos(config: &Config) -> Result<QosDevice, DaemonError> {
     Ok(qos)
 }
 
-/// Runs one planning period after another. The planner only takes the QoS device's own
-/// locks; the data path never waits for it. Each period is traced at debug level, and a
-/// summary is logged at info level when vrate or busy_level moved noticeably.
-fn spawn_planner(qos: Arc<QosDevice>) -> std::io::Result<()> {
+/// Runs one planning period after another, then lets every worker offer its parked
+/// requests again (budgets and vrate may have changed; the kernel kicks all wait queues
+/// once per period). The planner only takes the QoS device's own locks; the data path
+/// never waits for it. Each period is traced at debug level, and a summary is logged at
+/// info level when vrate or busy_level moved noticeably.
+fn spawn_planner(
+    qos: Arc<QosDevice>,
+    servers: Vec<Arc<VolumeServer<Arc<VolumeQos>>>>,
+) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("planner".into())
         .spawn(move || {
             let mut logged = (0u64, 0i32);
             loop {
-                std::thread::sleep(Duration::from_nanos(qos.period_ns()));
-                qos.plan();
+                // plan() returns when the next period is due.
+                let next = qos.plan();
+                for s in &servers {
+                    s.wake();
+                }
                 let p = qos.last_period();
                 tracing::debug!(
                     vrate_pct = p.vrate_after_ppm as f64 / 1e4,
@@ -123,6 +131,7 @@ fn spawn_planner(qos: Arc<QosDevice>) -> std::io::Result<()> {
                         "qos: vrate changed"
                     );
                 }
+                std::thread::sleep(Duration::from_nanos(next.max(1_000_000)));
             }
         })?;
     Ok(())

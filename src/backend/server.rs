@@ -126,6 +126,13 @@ impl<A: Admission> VolumeServer<A> {
         self.current.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Lets the connected worker (if any) offer its parked requests again.
+    pub fn wake(&self) {
+        if let Some(c) = self.lock().as_ref() {
+            c.backend.wake();
+        }
+    }
+
     /// Graceful stop: no new connections; the current frontend's requests are completed
     /// and answered, then its connection is closed.
     pub fn stop(&self) {

@@ -39,14 +39,18 @@ impl Tokens {
 pub struct VolumeBackend<A: Admission> {
     volume: Arc<Volume<A>>,
     worker: Mutex<Worker<A>>,
+    /// The worker's wake eventfd, reachable without taking the worker's lock.
+    wake: Arc<vmm_sys_util::eventfd::EventFd>,
     mem: RwLock<GuestMemoryAtomic<Mem>>,
     tokens: Tokens,
 }
 
 impl<A: Admission> VolumeBackend<A> {
     pub fn new(volume: Arc<Volume<A>>) -> io::Result<Self> {
+        let worker = Worker::new(volume.clone())?;
         Ok(VolumeBackend {
-            worker: Mutex::new(Worker::new(volume.clone())?),
+            wake: worker.wake_evt.clone(),
+            worker: Mutex::new(worker),
             tokens: Tokens::for_queues(volume.num_queues),
             mem: RwLock::new(GuestMemoryAtomic::new(Mem::new())),
             volume,
@@ -59,6 +63,12 @@ impl<A: Admission> VolumeBackend<A> {
 
     pub fn worker(&self) -> MutexGuard<'_, Worker<A>> {
         self.worker.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Makes the worker offer its parked requests again (after a planning period, when
+    /// budgets may have changed).
+    pub fn wake(&self) {
+        let _ = self.wake.write(1);
     }
 
     /// Completes every request of this connection and stops taking new ones.

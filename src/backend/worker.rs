@@ -720,9 +720,11 @@ impl<A: Admission> Worker<A> {
 }
 
 impl<A: Admission> Drop for Worker<A> {
-    /// The kernel may still write into guest memory or bounce buffers owned by in-flight
-    /// records: wait for every completion before freeing them.
+    /// The connection is gone. The kernel may still write into guest memory or bounce
+    /// buffers owned by in-flight records: wait for every completion before freeing them.
+    /// QoS hears about every admitted request, so the volume can go idle.
     fn drop(&mut self) {
+        let admission = &self.volume.admission;
         while self.in_flight_count > 0 {
             if self.engine.wait_for_completion().is_err() {
                 break;
@@ -730,14 +732,37 @@ impl<A: Admission> Drop for Worker<A> {
             let mut done = Vec::new();
             self.engine.reap_into(&mut done);
             for (user_data, _) in done {
-                if let Some(slot) = self.inflight.get_mut(user_data as usize) {
-                    if slot.take().is_some() {
-                        self.in_flight_count -= 1;
-                        self.volume.shared.slots.release();
-                    }
+                let Some(record) = self
+                    .inflight
+                    .get_mut(user_data as usize)
+                    .and_then(Option::take)
+                else {
+                    continue;
+                };
+                self.in_flight_count -= 1;
+                self.volume.shared.slots.release();
+                if let Some(ticket) = record.ticket {
+                    let timing = Timing {
+                        completed_ns: admission.now_ns(),
+                        ..record.timing
+                    };
+                    admission.complete(ticket, timing);
                 }
             }
         }
+        // Parked requests were never issued: settle admitted ones, forget the wait.
+        let now = admission.now_ns();
+        for p in self.fifo.drain(..) {
+            if let Some(ticket) = p.ticket {
+                let timing = Timing {
+                    admitted_ns: p.admitted_ns,
+                    submitted_ns: now,
+                    completed_ns: now,
+                };
+                admission.complete(ticket, timing);
+            }
+        }
+        admission.abandon_wait();
     }
 }
 
