@@ -20,15 +20,21 @@ impl ByteSize {
         let n: u64 = digits
             .parse()
             .map_err(|_| format!("`{text}`: number too large"))?;
-        let shift = match unit.trim() {
-            "" | "B" => 0,
-            "K" | "KiB" | "k" => 10,
-            "M" | "MiB" => 20,
-            "G" | "GiB" => 30,
-            "T" | "TiB" => 40,
-            other => {
+        // Binary units, case-insensitive, with an optional "iB"/"B": 4k, 4K, 4KiB, 1m, 1GiB.
+        let unit = unit.trim().to_ascii_lowercase();
+        let unit = unit
+            .strip_suffix("ib")
+            .or_else(|| unit.strip_suffix('b'))
+            .unwrap_or(&unit);
+        let shift = match unit {
+            "" => 0,
+            "k" => 10,
+            "m" => 20,
+            "g" => 30,
+            "t" => 40,
+            _ => {
                 return Err(format!(
-                    "`{text}`: unknown unit `{other}` (use B, KiB, MiB, GiB or TiB)"
+                    "`{text}`: unknown unit (use B, KiB, MiB, GiB or TiB; k, m, g, t also work)"
                 ))
             }
         };
@@ -81,6 +87,8 @@ mod tests {
         assert_eq!(ByteSize::parse("512").unwrap().0, 512);
         assert_eq!(ByteSize::parse("4GiB").unwrap().0, 4 << 30);
         assert_eq!(ByteSize::parse("1M").unwrap().0, 1 << 20);
+        assert_eq!(ByteSize::parse("128k").unwrap().0, 128 << 10);
+        assert_eq!(ByteSize::parse("1gib").unwrap().0, 1 << 30);
         assert_eq!(ByteSize::parse("0").unwrap().0, 0);
     }
 

@@ -75,24 +75,10 @@ impl Default for TenantSpec {
     }
 }
 
-/// Parses "250ms", "10s", "2m", or a plain number of seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit) = s.split_at(s.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(s.len()));
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("`{s}` is not a duration (e.g. 500ms, 10s, 2m)"))?;
-    let secs = match unit {
-        "" | "s" => n,
-        "ms" => n / 1e3,
-        "us" => n / 1e6,
-        "m" | "min" => n * 60.0,
-        other => return Err(format!("`{s}`: unknown unit `{other}` (us, ms, s, m)")),
-    };
-    if !(0.0..1e9).contains(&secs) {
-        return Err(format!("`{s}`: out of range"));
-    }
-    Ok(Duration::from_secs_f64(secs))
+/// Parses a duration: "250ms", "10s", "1.5s" (the syntax of the config file's latencies;
+/// a plain number is microseconds).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    crate::qos::config::parse_duration_ns(text).map(Duration::from_nanos)
 }
 
 impl TenantSpec {

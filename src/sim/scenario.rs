@@ -73,51 +73,8 @@ impl Serialize for SimDuration {
     }
 }
 
-/// A size field: `"4k"`, `"128k"`, `"1m"`, `"1g"` (binary units) or an integer in bytes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Size(pub u64);
-
-fn parse_size(text: &str) -> Result<u64, String> {
-    let s = text.trim().to_ascii_lowercase();
-    let s = s
-        .strip_suffix("ib")
-        .or_else(|| s.strip_suffix('b'))
-        .unwrap_or(&s);
-    let (num, shift) = match s.chars().last() {
-        Some('k') => (&s[..s.len() - 1], 10),
-        Some('m') => (&s[..s.len() - 1], 20),
-        Some('g') => (&s[..s.len() - 1], 30),
-        Some('t') => (&s[..s.len() - 1], 40),
-        _ => (s, 0),
-    };
-    let n: u64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("invalid size {text:?} (examples: \"4k\", \"128k\", \"1m\", 4096)"))?;
-    n.checked_mul(1 << shift)
-        .ok_or_else(|| format!("size {text:?} too large"))
-}
-
-impl<'de> Deserialize<'de> for Size {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Int(u64),
-            Text(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::Int(b) => Ok(Size(b)),
-            Raw::Text(s) => parse_size(&s).map(Size).map_err(serde::de::Error::custom),
-        }
-    }
-}
-
-impl Serialize for Size {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(self.0)
-    }
-}
+/// A size field: `"4k"`, `"128k"`, `"1m"`, `"1GiB"` (binary units) or an integer in bytes.
+pub use crate::config::ByteSize as Size;
 
 /// The whole scenario file.
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -385,12 +342,13 @@ mod tests {
 
     #[test]
     fn sizes_and_durations() {
-        assert_eq!(parse_size("4k").unwrap(), 4096);
-        assert_eq!(parse_size("128KiB").unwrap(), 128 << 10);
-        assert_eq!(parse_size("1m").unwrap(), 1 << 20);
-        assert_eq!(parse_size("512").unwrap(), 512);
-        assert!(parse_size("lots").is_err());
-        assert!(parse_size("99999999999t").is_err());
+        let size = |s: &str| Size::parse(s).map(|b| b.0);
+        assert_eq!(size("4k").unwrap(), 4096);
+        assert_eq!(size("128KiB").unwrap(), 128 << 10);
+        assert_eq!(size("1m").unwrap(), 1 << 20);
+        assert_eq!(size("512").unwrap(), 512);
+        assert!(size("lots").is_err());
+        assert!(size("99999999999t").is_err());
         let s = Scenario::from_toml("duration = \"1.5s\"\nwarmup = 1000").unwrap();
         assert_eq!(s.duration.0, 1_500_000_000);
         assert_eq!(s.warmup.0, 1_000_000);
