@@ -26,12 +26,18 @@ source scripts/lib.sh
 bench() { "$bin" bench --runtime "${runtime}s" --ramp 1s "$@" 2>/dev/null | tail -n +2; }
 
 echo "== 1. null device, 4 KiB randread QD32, runtime ${runtime}s"
-for enable in false true; do
-    # fast-ssd: the model is not the bottleneck, so this measures the admission path.
+for enable in false true false true; do
+    # A model far faster than the daemon can go: budgets never bind, so this measures the
+    # cost of pricing and admitting every request, not throttling.
     start_daemon "[device]
 kind = \"null\"
 [device.model]
-preset = \"fast-ssd\"
+rbps = 1000000000000
+rseqiops = 100000000
+rrandiops = 100000000
+wbps = 1000000000000
+wseqiops = 100000000
+wrandiops = 100000000
 [device.qos]
 enable = $enable
 [[volume]]

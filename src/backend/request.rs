@@ -146,48 +146,43 @@ impl RequestError {
     }
 }
 
-/// Splits `segments` after the first `n` bytes: (first n bytes, the rest).
-fn split_front(segments: &[Segment], mut n: u64) -> (Vec<Segment>, Vec<Segment>) {
-    let mut front = Vec::new();
-    let mut back = Vec::new();
+/// The segments covering bytes `start..start + len` of the stream `segments`.
+fn byte_range(segments: &[Segment], mut start: u64, mut len: u64) -> Vec<Segment> {
+    let mut out = Vec::with_capacity(segments.len());
     for s in segments {
-        let len = u64::from(s.len);
-        if n >= len {
-            front.push(*s);
-            n -= len;
-        } else if n > 0 {
-            front.push(Segment {
-                addr: s.addr,
-                len: n as u32,
-            });
-            back.push(Segment {
-                addr: s.addr + n,
-                len: s.len - n as u32,
-            });
-            n = 0;
-        } else if s.len > 0 {
-            back.push(*s);
+        let seg_len = u64::from(s.len);
+        if start >= seg_len {
+            start -= seg_len;
+            continue;
         }
+        if len == 0 {
+            break;
+        }
+        let n = (seg_len - start).min(len);
+        out.push(Segment {
+            addr: s.addr + start,
+            len: n as u32,
+        });
+        len -= n;
+        start = 0;
     }
-    (front, back)
+    out
 }
 
 fn total(segments: &[Segment]) -> u64 {
     segments.iter().map(|s| u64::from(s.len)).sum()
 }
 
-/// Reads `buf.len()` bytes spread over `segments` through `read`.
+/// Reads `buf.len()` bytes from offset `skip` of the stream `segments` through `read`.
 fn gather(
     segments: &[Segment],
+    skip: u64,
     buf: &mut [u8],
     read: &mut impl FnMut(u64, &mut [u8]) -> bool,
 ) -> Result<(), RequestError> {
     let mut done = 0;
-    for s in segments {
-        if done == buf.len() {
-            break;
-        }
-        let n = (s.len as usize).min(buf.len() - done);
+    for s in byte_range(segments, skip, buf.len() as u64) {
+        let n = s.len as usize;
         if !read(s.addr, &mut buf[done..done + n]) {
             return Err(RequestError::BadGuestAddress(s.addr));
         }
@@ -199,16 +194,20 @@ fn gather(
     Ok(())
 }
 
-/// Finds the status byte: the last byte of the writable stream. Returns its address and the
-/// writable segments before it. Also usable on a chain that fails later validation, so the
-/// guest still learns the error.
-pub fn locate_status(layout: &ChainLayout) -> Result<(u64, Vec<Segment>), RequestError> {
-    let writable_len = total(&layout.writable);
-    if writable_len == 0 {
-        return Err(RequestError::NoStatus);
-    }
-    let (data, status) = split_front(&layout.writable, writable_len - 1);
-    Ok((status[0].addr, data))
+/// Finds the status byte, the last byte of the writable stream: its address and the
+/// number of writable bytes before it. Also usable on a chain that fails later
+/// validation, so the guest still learns the error.
+pub fn locate_status(layout: &ChainLayout) -> Result<(u64, u64), RequestError> {
+    let last = layout
+        .writable
+        .iter()
+        .rev()
+        .find(|s| s.len > 0)
+        .ok_or(RequestError::NoStatus)?;
+    Ok((
+        last.addr + u64::from(last.len) - 1,
+        total(&layout.writable) - 1,
+    ))
 }
 
 /// Parses and validates one request. `read` copies guest memory (returns false when the
@@ -218,14 +217,15 @@ pub fn parse(
     limits: &Limits,
     mut read: impl FnMut(u64, &mut [u8]) -> bool,
 ) -> Result<Request, RequestError> {
-    let (status_addr, writable_data) = locate_status(layout)?;
+    let (status_addr, writable_len) = locate_status(layout)?;
     let mut header = [0u8; HEADER_LEN as usize];
-    gather(&layout.readable, &mut header, &mut read)?;
+    gather(&layout.readable, 0, &mut header, &mut read)?;
     let request_type = u32::from_le_bytes(header[0..4].try_into().unwrap());
     let sector = u64::from_le_bytes(header[8..16].try_into().unwrap());
-    let (_, readable_data) = split_front(&layout.readable, HEADER_LEN);
-    let readable_len = total(&readable_data);
-    let writable_len = total(&writable_data);
+    let readable_len = total(&layout.readable) - HEADER_LEN;
+    // The data buffers, built only for the request types that have data.
+    let readable_data = || byte_range(&layout.readable, HEADER_LEN, readable_len);
+    let writable_data = || byte_range(&layout.writable, 0, writable_len);
 
     let kind = match request_type {
         VIRTIO_BLK_T_IN => RequestKind::Read,
@@ -252,9 +252,9 @@ pub fn parse(
     match kind {
         RequestKind::Read | RequestKind::Write => {
             let (data, other_len) = if kind == RequestKind::Read {
-                (writable_data, readable_len)
+                (writable_data(), readable_len)
             } else {
-                (readable_data, writable_len)
+                (readable_data(), writable_len)
             };
             if other_len != 0 {
                 return Err(wrong_direction());
@@ -282,7 +282,7 @@ pub fn parse(
             if readable_len != 0 || writable_len == 0 {
                 return Err(wrong_direction());
             }
-            Ok(request(kind, 0, 0, writable_data))
+            Ok(request(kind, 0, 0, writable_data()))
         }
         RequestKind::Discard | RequestKind::WriteZeroes { .. } => {
             if writable_len != 0 {
@@ -292,7 +292,7 @@ pub fn parse(
                 return Err(RequestError::BadSegmentPayload(readable_len));
             }
             let mut seg = [0u8; DISCARD_SEGMENT_LEN as usize];
-            gather(&readable_data, &mut seg, &mut read)?;
+            gather(&layout.readable, HEADER_LEN, &mut seg, &mut read)?;
             let seg_sector = u64::from_le_bytes(seg[0..8].try_into().unwrap());
             let num_sectors = u32::from_le_bytes(seg[8..12].try_into().unwrap());
             let flags = u32::from_le_bytes(seg[12..16].try_into().unwrap());

@@ -86,15 +86,21 @@ pub struct Worker<A: Admission> {
     /// Queues being stopped: no more pops, parked requests go without waiting.
     stopping: u64,
     warn: RateLimiter,
-    /// Scratch space for reaped completions.
+    /// Scratch space reused per request or batch, so the hot path does not allocate:
+    /// reaped completions, the descriptor layout of the chain being parsed, and iovec
+    /// arrays returned by completed requests.
     reaped: Vec<(u64, i32)>,
+    layout: ChainLayout,
+    iovec_pool: IovecPool,
 }
 
-/// Result of reading a request off the ring.
-enum Popped {
-    Queued,
-    Answered,
-}
+/// Empty iovec arrays kept for their capacity.
+#[derive(Default)]
+struct IovecPool(Vec<Vec<libc::iovec>>);
+
+// SAFETY: the pooled vectors are always empty (cleared before they are pooled), so they
+// hold no pointers; only their allocations move between threads.
+unsafe impl Send for IovecPool {}
 
 impl<A: Admission> Worker<A> {
     pub fn new(volume: Arc<Volume<A>>) -> io::Result<Self> {
@@ -120,6 +126,8 @@ impl<A: Admission> Worker<A> {
             stopping: 0,
             warn: RateLimiter::new(Duration::from_secs(1)),
             reaped: Vec::with_capacity(depth as usize),
+            layout: ChainLayout::default(),
+            iovec_pool: IovecPool::default(),
             volume,
         })
     }
@@ -204,7 +212,9 @@ impl<A: Admission> Worker<A> {
                 return Ok(());
             };
             let head = chain.head_index();
-            let mut layout = ChainLayout::default();
+            let mut layout = std::mem::take(&mut self.layout);
+            layout.readable.clear();
+            layout.writable.clear();
             let mut result = Ok(());
             let mut ends_cleanly = true;
             for desc in chain {
@@ -223,18 +233,15 @@ impl<A: Admission> Worker<A> {
                 })
             });
             match parsed {
-                Ok(req) => {
-                    if let Popped::Answered = self.accept(queue, head, req, mem) {
-                        continue;
-                    }
-                }
+                Ok(req) => self.accept(queue, head, req, mem),
                 Err(e) => self.refuse(queue, head, &layout, e, mem),
             }
+            self.layout = layout;
         }
     }
 
     /// Answers GET_ID at once; queues everything else in the volume FIFO.
-    fn accept(&mut self, queue: u16, head: u16, req: Request, mem: &Arc<Mem>) -> Popped {
+    fn accept(&mut self, queue: u16, head: u16, req: Request, mem: &Arc<Mem>) {
         let kind = match req.kind {
             RequestKind::GetId => {
                 // The ID is NUL-padded to 20 bytes (VIRTIO_BLK_ID_BYTES) and truncated to
@@ -266,7 +273,7 @@ impl<A: Admission> Worker<A> {
                     written as u32,
                     mem,
                 );
-                return Popped::Answered;
+                return;
             }
             RequestKind::Read => IoKind::Read,
             RequestKind::Write => IoKind::Write,
@@ -288,7 +295,6 @@ impl<A: Admission> Worker<A> {
             ticket: None,
             admitted_ns: 0,
         });
-        Popped::Queued
     }
 
     /// Answers an invalid request with its status (or a zero-length used entry when there
@@ -416,7 +422,7 @@ impl<A: Admission> Worker<A> {
             io: p.io,
             status_addr: p.request.status_addr,
             guest_written: 0,
-            iovecs: Vec::new(),
+            iovecs: self.iovec_pool.0.pop().unwrap_or_default(),
             bounce: None,
             copy_back: Vec::new(),
             mem: p.mem,
@@ -548,7 +554,8 @@ impl<A: Admission> Worker<A> {
         if let Some(suppressed) = self.warn.check() {
             tracing::warn!(volume = %self.volume.name, suppressed, "request failed: {why}");
         }
-        self.complete_one(record, -libc::EINVAL, false);
+        let now = self.volume.admission.now_ns();
+        self.complete_one(record, -libc::EINVAL, false, now);
     }
 
     fn insert(&mut self, record: InFlight<A::Ticket>) -> usize {
@@ -570,6 +577,12 @@ impl<A: Admission> Worker<A> {
         let mut done = std::mem::take(&mut self.reaped);
         self.engine.reap_into(&mut done);
         let n = done.len();
+        // One clock read for the batch: they were all reaped now.
+        let now = if n > 0 {
+            self.volume.admission.now_ns()
+        } else {
+            0
+        };
         for &(user_data, result) in &done {
             let index = user_data as usize;
             let Some(record) = self.inflight.get_mut(index).and_then(Option::take) else {
@@ -579,7 +592,7 @@ impl<A: Admission> Worker<A> {
             self.free_slots.push(index);
             self.in_flight_count -= 1;
             if let Some(record) = self.retry_write_zeroes(record, result, index)? {
-                self.complete_one(record, result, true);
+                self.complete_one(record, result, true, now);
             }
         }
         self.reaped = done;
@@ -624,7 +637,13 @@ impl<A: Admission> Worker<A> {
 
     /// Finishes one request: copies bounced reads back, writes the status, returns the
     /// chain, releases the device slot, and reports the completion to QoS.
-    fn complete_one(&mut self, mut record: InFlight<A::Ticket>, result: i32, log_failure: bool) {
+    fn complete_one(
+        &mut self,
+        mut record: InFlight<A::Ticket>,
+        result: i32,
+        log_failure: bool,
+        now_ns: u64,
+    ) {
         let vol = self.volume.clone();
         let c = &vol.counters;
         let expected = match record.kind {
@@ -672,19 +691,22 @@ impl<A: Admission> Worker<A> {
             VIRTIO_BLK_S_IOERR
         } as u8;
         let written = if ok { record.guest_written } else { 0 };
-        let mem = record.mem.clone();
         self.finish(
             record.queue,
             record.head,
             record.status_addr,
             status,
             written,
-            &mem,
+            &record.mem,
         );
         vol.shared.slots.release();
-        record.timing.completed_ns = vol.admission.now_ns();
+        record.timing.completed_ns = now_ns;
         if let Some(ticket) = record.ticket.take() {
             vol.admission.complete(ticket, record.timing);
+        }
+        if record.bounce.is_none() {
+            record.iovecs.clear();
+            self.iovec_pool.0.push(record.iovecs);
         }
     }
 
