@@ -6,12 +6,15 @@
 //! - [`cost_model`], [`qos`], [`planner`]: the QoS core, a pure library (no I/O, injectable clock).
 //! - [`sim`]: a deterministic simulator driving the QoS core in virtual time.
 //! - [`config`]: the TOML configuration and its validation.
+//! - [`control`]: the REST control plane, metrics, persistence and the `ctl` client.
 
 pub mod backend;
 pub mod config;
+pub mod control;
 pub mod cost_model;
 pub mod daemon;
 pub mod loadgen;
 pub mod planner;
+pub mod profile;
 pub mod qos;
 pub mod sim;

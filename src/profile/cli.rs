@@ -1,0 +1,167 @@
+//! `vhost-iocost profile`: measure a disk or file and print `[device.model]` and
+//! `[device.qos]` tables for the config.
+
+use super::plan::{profile, Plan};
+use super::uring::UringTarget;
+use crate::config::ByteSize;
+use std::fs::OpenOptions;
+use std::io::{Seek, SeekFrom, Write};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// Measure a disk (or a file) and derive its cost model and suggested QoS targets.
+///
+/// Runs saturating workloads with io_uring and O_DIRECT (large sequential reads and writes
+/// for bandwidth; 4 KiB sequential and random reads and writes at depth 64 for IOPS), then
+/// paced random reads and writes for latency, and prints a `[device.model]` and a
+/// `[device.qos]` table ready to paste into the config. It reads any path; it writes only
+/// to a file it creates itself (a missing PATH is created with --size and removed
+/// afterwards) or when --destructive is given.
+#[derive(clap::Args, Debug)]
+pub struct ProfileArgs {
+    /// Block device or file to measure.
+    #[arg(long, value_name = "DEV_OR_FILE")]
+    path: PathBuf,
+    /// Bytes to use: the size of a file to create (default 1GiB), or the part of an
+    /// existing device or file to touch (default: all of it, at most 16GiB).
+    #[arg(long, value_parser = parse_size)]
+    size: Option<ByteSize>,
+    /// Run time of each of the 8 jobs (default 20s; 3s with --quick).
+    #[arg(long, value_parser = crate::loadgen::parse_duration)]
+    duration: Option<std::time::Duration>,
+    /// Finish in under a minute, with wider error bars (for CI and first trials).
+    #[arg(long)]
+    quick: bool,
+    /// Allow writing to an existing PATH (destroys its data). Without it, only the read
+    /// coefficients of an existing PATH are measured.
+    #[arg(long)]
+    destructive: bool,
+    /// Also write the tables to this file.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+}
+
+fn parse_size(s: &str) -> Result<ByteSize, String> {
+    ByteSize::parse(s)
+}
+
+const DEFAULT_NEW_FILE: u64 = 1 << 30;
+const MAX_EXISTING: u64 = 16 << 30;
+
+pub fn run(args: &ProfileArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let path = &args.path;
+    let created = !path.exists();
+    if created {
+        let size = args.size.map_or(DEFAULT_NEW_FILE, |s| s.0);
+        eprintln!(
+            "creating {} ({}) and filling it",
+            path.display(),
+            ByteSize(size)
+        );
+        fill_new_file(path, size).map_err(|e| format!("{}: cannot create: {e}", path.display()))?;
+    }
+    let result = measure(args, created);
+    if created {
+        let _ = std::fs::remove_file(path);
+    }
+    result
+}
+
+fn measure(args: &ProfileArgs, created: bool) -> Result<(), Box<dyn std::error::Error>> {
+    let path = &args.path;
+    let writes = created || args.destructive;
+    let file = OpenOptions::new()
+        .read(true)
+        .write(writes)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+        .map_err(|e| format!("{}: cannot open with O_DIRECT: {e}", path.display()))?;
+    let meta = file.metadata()?;
+    let is_block = meta.file_type().is_block_device();
+    let available = (&file).seek(SeekFrom::End(0))?;
+    let size = args
+        .size
+        .map_or(available.min(MAX_EXISTING), |s| s.0.min(available));
+    if size < 8 << 20 {
+        return Err(format!(
+            "{}: at least 8MiB needed, {} available",
+            path.display(),
+            ByteSize(size)
+        )
+        .into());
+    }
+    if !writes {
+        eprintln!(
+            "{} exists: measuring reads only (pass --destructive to measure writes)",
+            path.display()
+        );
+    }
+    let mut plan = if args.quick {
+        Plan::quick(writes)
+    } else {
+        Plan::standard(writes)
+    };
+    if let Some(d) = args.duration {
+        plan.duration = d;
+    }
+    let jobs = if writes { 8 } else { 4 };
+    eprintln!(
+        "profiling {} ({} used, {jobs} jobs x {:?})",
+        path.display(),
+        ByteSize(size),
+        plan.duration
+    );
+    let mut target = UringTarget::new(file, size);
+    let mut report = |job: &str, fraction: f64| {
+        eprint!("\r  {job:<14} {:>3.0}%", fraction * 100.0);
+        let _ = std::io::stderr().flush();
+        if fraction >= 1.0 {
+            eprintln!();
+        }
+    };
+    let p = profile(&mut target, &plan, &mut report)?;
+    eprintln!();
+    let rotational = is_rotational(meta.rdev(), meta.dev(), is_block);
+    let header = format!(
+        "vhost-iocost profile of {} ({} used, {:?} per job{})\nread latency p50/p90/p95/p99 at 90% load: {:?} us{}",
+        path.display(),
+        ByteSize(size),
+        plan.duration,
+        if args.quick { ", quick" } else { "" },
+        p.read_latency_us,
+        if writes { format!("\nwrite latency p50/p90/p95/p99 at 90% load: {:?} us", p.write_latency_us) } else { String::new() },
+    );
+    let text = p.to_toml(rotational, &header);
+    print!("{text}");
+    if let Some(out) = &args.out {
+        std::fs::write(out, &text).map_err(|e| format!("{}: {e}", out.display()))?;
+        eprintln!("wrote {}", out.display());
+    }
+    Ok(())
+}
+
+/// Writes `size` bytes of non-zero data, so reads hit allocated blocks rather than holes.
+fn fill_new_file(path: &Path, size: u64) -> std::io::Result<()> {
+    let mut f = OpenOptions::new().write(true).create_new(true).open(path)?;
+    let chunk: Vec<u8> = (0..1 << 20).map(|i: u32| (i * 131 + 17) as u8).collect();
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(chunk.len() as u64) as usize;
+        f.write_all(&chunk[..n])?;
+        left -= n as u64;
+    }
+    f.sync_all()
+}
+
+/// Whether the disk holding the data spins (from sysfs; false when unknown).
+fn is_rotational(rdev: u64, dev: u64, is_block: bool) -> bool {
+    let id = if is_block { rdev } else { dev };
+    let (major, minor) = (libc::major(id), libc::minor(id));
+    [
+        format!("/sys/dev/block/{major}:{minor}/queue/rotational"),
+        format!("/sys/dev/block/{major}:{minor}/../queue/rotational"),
+    ]
+    .iter()
+    .find_map(|p| std::fs::read_to_string(p).ok())
+    .is_some_and(|s| s.trim() == "1")
+}

@@ -1,0 +1,35 @@
+//! Device profiling: measure a disk and derive the six coefficients of the linear cost
+//! model, plus suggested latency targets and vrate bounds.
+//!
+//! The procedure follows Linux's `tools/cgroup/iocost_coef_gen.py`: saturate the device
+//! with one workload at a time and read the result straight off as a model parameter —
+//!
+//! | parameter | workload |
+//! |---|---|
+//! | `rbps` / `wbps` | sequential reads / writes of large blocks |
+//! | `rseqiops` / `wseqiops` | sequential 4 KiB reads / writes at a high queue depth |
+//! | `rrandiops` / `wrandiops` | random 4 KiB reads / writes at a high queue depth |
+//!
+//! The QoS suggestion is resctl-demo's "very rough" heuristic: run random 4 KiB reads (and
+//! writes) paced at 90 % of the measured random IOPS, take the latency at the target
+//! percentile and multiply it by 1.5; vrate bounds 60–100 %.
+//!
+//! The workloads run against a [`Target`]: a real file or block device through io_uring and
+//! O_DIRECT ([`uring::UringTarget`]), or the simulator's disk model in virtual time
+//! ([`simulated::SimTarget`]), which lets a test check that profiling recovers known
+//! coefficients.
+
+pub mod plan;
+pub mod simulated;
+pub mod uring;
+
+pub use plan::{profile, suggest_qos, Job, JobResult, Pattern, Plan, Profile};
+
+/// Something the profiler can run workloads on.
+pub trait Target {
+    /// Bytes available for I/O (offsets stay below this).
+    fn size(&self) -> u64;
+    /// Runs one job to completion. `progress` is called with the fraction done (0..=1).
+    fn run(&mut self, job: &Job, progress: &mut dyn FnMut(f64)) -> std::io::Result<JobResult>;
+}
+pub mod cli;
