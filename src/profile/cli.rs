@@ -141,7 +141,7 @@ fn measure(args: &ProfileArgs, created: bool) -> Result<(), Box<dyn std::error::
 }
 
 /// Writes `size` bytes of non-zero data, so reads hit allocated blocks rather than holes.
-fn fill_new_file(path: &Path, size: u64) -> std::io::Result<()> {
+pub(crate) fn fill_new_file(path: &Path, size: u64) -> std::io::Result<()> {
     let mut f = OpenOptions::new().write(true).create_new(true).open(path)?;
     let chunk: Vec<u8> = (0..1 << 20).map(|i: u32| (i * 131 + 17) as u8).collect();
     let mut left = size;
