@@ -2,6 +2,7 @@
 //! frontend, no VM) and measures what each one gets.
 
 use super::spec::{Pattern, TenantSpec};
+use crate::sim::rng::Rng;
 use blkio::{Blkio, Completion, ReqFlags};
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -50,17 +51,6 @@ pub fn run(tenants: &[TenantSpec]) -> Result<Vec<TenantResult>, String> {
         .collect()
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-}
-
 fn run_tenant(t: &TenantSpec, start: &Barrier) -> Result<TenantResult, String> {
     let what = |e: blkio::Error| format!("tenant {} ({}): {e}", t.name, t.socket);
     let mut b = Blkio::new("virtio-blk-vhost-user").map_err(what)?;
@@ -83,11 +73,11 @@ fn run_tenant(t: &TenantSpec, start: &Barrier) -> Result<TenantResult, String> {
         ));
     }
 
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ t.socket.len() as u64 ^ (t.bs << 7));
+    let mut rng = Rng::new(t.socket.len() as u64 ^ (t.bs << 7));
     let mut next_seq = 0u64;
     let mut submit = |q: &mut blkio::Blkioq, slot: usize, rng: &mut Rng| {
         let block = if t.rw.is_random() {
-            rng.next() % blocks
+            rng.below(blocks)
         } else {
             next_seq = (next_seq + 1) % blocks;
             next_seq
@@ -95,7 +85,7 @@ fn run_tenant(t: &TenantSpec, start: &Barrier) -> Result<TenantResult, String> {
         let is_read = match t.rw {
             Pattern::RandRead | Pattern::Read => true,
             Pattern::RandWrite | Pattern::Write => false,
-            Pattern::RandRw => (rng.next() % 100) < u64::from(t.read_pct),
+            Pattern::RandRw => rng.below(100) < u64::from(t.read_pct),
         };
         // SAFETY: slot < iodepth, so the buffer lies inside the mapped region.
         let buf = unsafe { base.add(slot * t.bs as usize) };

@@ -6,6 +6,7 @@ use super::plan::{Job, JobResult};
 use super::Target;
 use crate::cost_model::{CostInput, IoKind, LinearModel};
 use crate::sim::disk::Disk;
+use crate::sim::rng::Rng;
 use hdrhistogram::Histogram;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -13,7 +14,7 @@ use std::collections::BinaryHeap;
 pub struct SimTarget {
     disk: Disk,
     size: u64,
-    rng: u64,
+    rng: Rng,
 }
 
 impl SimTarget {
@@ -23,15 +24,8 @@ impl SimTarget {
         SimTarget {
             disk: Disk::new(truth, 1.0, channels, usize::MAX),
             size,
-            rng: 0x9E37_79B9_7F4A_7C15,
+            rng: Rng::new(1),
         }
-    }
-
-    fn next_random(&mut self) -> u64 {
-        self.rng ^= self.rng >> 12;
-        self.rng ^= self.rng << 25;
-        self.rng ^= self.rng >> 27;
-        self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
 }
 
@@ -65,7 +59,7 @@ impl Target for SimTarget {
         loop {
             while in_flight.len() < job.depth as usize && now < end_ns && now >= next_submit {
                 let block = if job.pattern.is_random() {
-                    self.next_random() % blocks
+                    self.rng.below(blocks)
                 } else {
                     next_block = (next_block + 1) % blocks;
                     next_block

@@ -5,6 +5,7 @@ use super::plan::{Job, JobResult};
 use super::Target;
 use crate::backend::bounce::BounceBuffer;
 use crate::backend::engine::{DeviceOp, Engine};
+use crate::sim::rng::Rng;
 use hdrhistogram::Histogram;
 use std::fs::File;
 use std::io;
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 pub struct UringTarget {
     file: File,
     size: u64,
-    rng: u64,
+    rng: Rng,
 }
 
 impl UringTarget {
@@ -23,15 +24,8 @@ impl UringTarget {
         UringTarget {
             file,
             size,
-            rng: 0x2545_F491_4F6C_DD1D,
+            rng: Rng::new(1),
         }
-    }
-
-    fn next_random(&mut self) -> u64 {
-        self.rng ^= self.rng >> 12;
-        self.rng ^= self.rng << 25;
-        self.rng ^= self.rng >> 27;
-        self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
 }
 
@@ -76,7 +70,7 @@ impl Target for UringTarget {
             while now < end && now >= next_submit {
                 let Some(slot) = free.pop() else { break };
                 let block = if job.pattern.is_random() {
-                    self.next_random() % blocks
+                    self.rng.below(blocks)
                 } else {
                     next_block = (next_block + 1) % blocks;
                     next_block
