@@ -26,6 +26,8 @@ pub enum DaemonError {
 pub struct Daemon {
     pub qos: Arc<QosDevice>,
     pub servers: Vec<Arc<VolumeServer<Arc<VolumeQos>>>>,
+    /// The planner thread; [`Daemon::kick_planner`] wakes it early.
+    pub planner: std::thread::Thread,
 }
 
 impl Daemon {
@@ -54,8 +56,18 @@ impl Daemon {
             let volume = Arc::new(Volume::new(v, shared.clone(), handle));
             servers.push(VolumeServer::start(volume)?);
         }
-        spawn_planner(qos.clone(), servers.clone())?;
-        Ok(Daemon { qos, servers })
+        let planner = spawn_planner(qos.clone(), servers.clone())?;
+        Ok(Daemon {
+            qos,
+            servers,
+            planner,
+        })
+    }
+
+    /// Wake the planner now (after a runtime change of the period, so that the new
+    /// period takes effect without waiting out the old one). Harmless at any time.
+    pub fn kick_planner(&self) {
+        self.planner.unpark();
     }
 
     /// Completes in-flight I/O of every connected frontend, closes the connections and
@@ -91,12 +103,13 @@ fn build_qos(config: &Config) -> Result<QosDevice, DaemonError> {
 /// requests again (budgets and vrate may have changed; the kernel kicks all wait queues
 /// once per period). The planner only takes the QoS device's own locks; the data path
 /// never waits for it. Each period is traced at debug level, and a summary is logged at
-/// info level when vrate or busy_level moved noticeably.
+/// info level when vrate or busy_level moved noticeably. The thread parks between
+/// periods, so an unpark (a runtime QoS change) wakes it early.
 fn spawn_planner(
     qos: Arc<QosDevice>,
     servers: Vec<Arc<VolumeServer<Arc<VolumeQos>>>>,
-) -> std::io::Result<()> {
-    std::thread::Builder::new()
+) -> std::io::Result<std::thread::Thread> {
+    let handle = std::thread::Builder::new()
         .name("planner".into())
         .spawn(move || {
             let mut logged = (0u64, 0i32);
@@ -131,10 +144,10 @@ fn spawn_planner(
                         "qos: vrate changed"
                     );
                 }
-                std::thread::sleep(Duration::from_nanos(next.max(1_000_000)));
+                std::thread::park_timeout(Duration::from_nanos(next.max(1_000_000)));
             }
         })?;
-    Ok(())
+    Ok(handle.thread().clone())
 }
 
 /// Blocks SIGINT and SIGTERM in this thread (and every thread it spawns afterwards) so that

@@ -18,3 +18,4 @@ pub mod planner;
 pub mod profile;
 pub mod qos;
 pub mod sim;
+pub mod tune;

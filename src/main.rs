@@ -73,6 +73,19 @@ enum Command {
         #[arg(value_name = "SCENARIO")]
         scenario: PathBuf,
     },
+    /// Client of a running daemon's control API (REST over its `[control] socket`).
+    ///
+    /// Examples:
+    ///   vhost-iocost ctl --config disk1.toml volumes
+    ///   vhost-iocost ctl --socket var/control.sock set-weight vm1-root 300
+    ///   vhost-iocost ctl qos --rlat 5ms --min 50
+    ///   vhost-iocost ctl top
+    #[command(verbatim_doc_comment)]
+    Ctl(vhost_iocost::control::ctl::CtlArgs),
+    /// Measure a disk or file and print its cost model and suggested QoS targets.
+    Profile(vhost_iocost::profile::cli::ProfileArgs),
+    /// Sweep a pinned vrate with a protected tenant and an aggressor; suggest min/max.
+    Tune(vhost_iocost::tune::TuneArgs),
     /// Validate a config and print the resolved layout; changes nothing on disk.
     Check {
         /// The TOML configuration to check.
@@ -93,6 +106,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run { config } => run(&config),
         Command::Check { config } => check(&config),
+        Command::Profile(args) => vhost_iocost::profile::cli::run(&args),
+        Command::Tune(args) => vhost_iocost::tune::run(&args),
         Command::Simulate { scenario } => vhost_iocost::sim::run_file(&scenario)
             .map(|report| print!("{report}"))
             .map_err(|e| e.into()),
@@ -105,6 +120,7 @@ fn main() -> ExitCode {
             ramp,
             json,
         } => bench(&tenants, &rw, &bs, iodepth, &runtime, &ramp, json),
+        Command::Ctl(args) => vhost_iocost::control::ctl::run(&args).map_err(|e| e.into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -121,6 +137,13 @@ fn run(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     // only the main thread takes them.
     let signals = daemon::block_termination_signals();
     let daemon = Daemon::start(&config)?;
+    let control = match vhost_iocost::control::start(&config, path, &daemon) {
+        Ok(c) => c,
+        Err(e) => {
+            daemon.stop();
+            return Err(e.into());
+        }
+    };
     tracing::info!(
         volumes = daemon.servers.len(),
         qos = daemon.qos.enabled(),
@@ -129,6 +152,9 @@ fn run(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     let sig = daemon::wait_for_signal(&signals);
     tracing::info!(signal = sig, "stopping: completing in-flight I/O");
     daemon.stop();
+    if let Some(c) = control {
+        c.stop();
+    }
     tracing::info!("stopped");
     Ok(())
 }

@@ -77,7 +77,7 @@ pub(crate) fn classify(dev: &DeviceShared, st: &mut DeviceState, ctx: &PeriodCtx
             let start_ns = tree.nodes[id].activated_at_ns.max(ctx.period_at_ns);
             let usage_dur_us = (ctx.now.now_ns.saturating_sub(start_ns) / 1000).max(1);
             let usage = cdiv_mul(usage_us, W, usage_dur_us).clamp(1, W) as u32;
-            let hwm = compute_hweight_max(&v.path);
+            let hwm = compute_hweight_max(&v.path.load());
             let new_hwi = hweight_after_donation(margins, vtime_err, v, hwi, hwm, usage, ctx);
             if new_hwi < hwm && hwa >= 2 {
                 let node = &mut tree.nodes[id];

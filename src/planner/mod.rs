@@ -69,18 +69,31 @@ pub(crate) struct PeriodCtx {
     pub ppm_thr: [u32; 2],
 }
 
+/// After a runtime change of the base vrate or the period (device lock held): set the
+/// effective rate for the rest of the current period and rebase vnow.
+pub(crate) fn refresh_vrate_now(
+    dev: &DeviceShared,
+    st: &mut crate::qos::device::DeviceState,
+    now: Now,
+) {
+    vrate::refresh_vrate(dev, st, now);
+}
+
 /// Run one planning period if one is due; return ns until the next call is due.
 pub(crate) fn plan(dev: &DeviceShared) -> u64 {
-    let period_ns = dev.params.period_ns();
     let mut guard = dev.lock();
     let st = &mut *guard;
-    if !dev.params.enable || !st.running {
+    // Read under the lock: runtime changes publish under it too, so one run sees one
+    // configuration.
+    let params = dev.params();
+    let period_ns = params.period_ns();
+    if !params.enable || !st.running {
         return period_ns;
     }
     let now = dev.now();
     let (period_at_ns, period_at_vtime, _) = dev.vclock.read();
     let due = period_at_ns.saturating_add(period_ns);
-    if now.now_ns.saturating_add(dev.params.timer_slack_ns) < due {
+    if now.now_ns.saturating_add(params.timer_slack_ns) < due {
         return due - now.now_ns;
     }
     let elapsed_ns = now.now_ns.saturating_sub(period_at_ns).max(1);
@@ -95,8 +108,8 @@ pub(crate) fn plan(dev: &DeviceShared) -> u64 {
         period_at_vtime,
         period_vtime,
         ppm_thr: [
-            (MILLION - u64::from(dev.params.rppm)) as u32,
-            (MILLION - u64::from(dev.params.wppm)) as u32,
+            (MILLION - u64::from(params.rppm)) as u32,
+            (MILLION - u64::from(params.wppm)) as u32,
         ],
     };
 

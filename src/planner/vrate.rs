@@ -4,7 +4,8 @@
 //! to the cost model. It moves by a percentage per period that grows with the length of
 //! the busy (down) or starved (up) streak: nothing for the first 3 periods, then 1 %,
 //! 2 %, 4 %, 8 % and finally 16 % per period. It never leaves the configured
-//! [min, max]; if it is outside (bounds changed), it approaches them by 4 % per period.
+//! [min, max]; if it is ever outside, it approaches them by 4 % per period (a runtime
+//! change of the bounds, `QosDevice::set_qos`, clamps it at once instead).
 //!
 //! The *effective* vrate, at which vnow actually runs, adds a temporary compensation for
 //! budget the planner discarded (above-target budget of idle or donating volumes), so
@@ -36,8 +37,9 @@ pub(crate) fn adjust_base_vrate(dev: &DeviceShared, st: &mut DeviceState, nr_lag
     if busy == 0 || (busy < 0 && nr_lagging > 0) {
         return;
     }
-    let vmin = dev.params.vrate_min();
-    let vmax = dev.params.vrate_max();
+    let params = dev.params();
+    let vmin = params.vrate_min();
+    let vmax = params.vrate_max();
     let mut v = st.vtime_base_rate;
     if v < vmin {
         v = (v * (100 + VRATE_CLAMP_ADJ_PCT) / 100).min(vmin);
@@ -54,7 +56,7 @@ pub(crate) fn adjust_base_vrate(dev: &DeviceShared, st: &mut DeviceState, nr_lag
 /// Set the effective rate for the coming period, compensating lost vtime (spec G.11).
 pub(crate) fn refresh_vrate(dev: &DeviceShared, st: &mut DeviceState, now: Now) {
     let (period_at_ns, _, _) = dev.vclock.read();
-    let period_us = dev.params.period_us as i64;
+    let period_us = dev.params().period_us as i64;
     let base = st.vtime_base_rate as i64;
     let pleft = (period_at_ns / 1000) as i64 + period_us - (now.now_ns / 1000) as i64;
     let vperiod = period_us.saturating_mul(base);

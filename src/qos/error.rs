@@ -15,6 +15,12 @@ pub enum QosError {
     /// The named parent is a volume; only groups can have children.
     #[error("{0:?} is a volume, not a group")]
     NotAGroup(String),
+    /// The named node is a group where a volume is required.
+    #[error("{0:?} is a group, not a volume")]
+    NotAVolume(String),
+    /// A QoS or cost-model configuration failed validation (the message names the key).
+    #[error("{0}")]
+    InvalidConfig(String),
     /// Weights are 1..=10000.
     #[error("weight of {name:?} must be within 1..=10000 (got {weight})")]
     InvalidWeight {

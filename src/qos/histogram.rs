@@ -87,6 +87,37 @@ impl Histogram {
     }
 }
 
+impl Histogram {
+    /// For an exported (Prometheus-style) histogram: the number of values below each of
+    /// `bounds_us` (ascending), the approximate sum (bucket midpoints) and the count.
+    /// Exact when each bound is a bucket edge (any power of two is one).
+    pub(crate) fn cumulative(&self, bounds_us: &[u64]) -> (Vec<u64>, u64, u64) {
+        let mut out = vec![0u64; bounds_us.len()];
+        let mut sum = 0u64;
+        for (i, &c) in self.counts.iter().enumerate() {
+            if c == 0 {
+                continue;
+            }
+            let c = u64::from(c);
+            sum = sum.saturating_add(value_of(i).saturating_mul(c));
+            let lower = if i < SUB { i as u64 } else { lower_of(i) };
+            for (slot, &b) in out.iter_mut().zip(bounds_us) {
+                if lower < b {
+                    *slot += c;
+                }
+            }
+        }
+        (out, sum, self.total)
+    }
+}
+
+/// Smallest value of a bucket (`i >= SUB`).
+fn lower_of(bucket: usize) -> u64 {
+    let exp = ((bucket - SUB) / SUB) as u32 + SUB_BITS;
+    let mant = ((bucket - SUB) % SUB) as u64;
+    (SUB as u64 + mant) << (exp - SUB_BITS)
+}
+
 /// Latency of one volume over the current period, the last full period and all time.
 #[derive(Debug, Default)]
 pub(crate) struct LatencyWindows {
@@ -151,6 +182,18 @@ mod tests {
         let p99 = h.percentile(99.0).unwrap();
         assert!((440..=560).contains(&p50), "{p50}");
         assert!((880..=1100).contains(&p99), "{p99}");
+    }
+
+    #[test]
+    fn cumulative_counts_at_power_of_two_bounds_are_exact() {
+        let mut h = Histogram::default();
+        for v in [3u64, 63, 64, 100, 127, 128, 5000] {
+            h.record(v);
+        }
+        let (c, sum, n) = h.cumulative(&[64, 128, 1 << 20]);
+        assert_eq!(c, vec![2, 5, 7]);
+        assert_eq!(n, 7);
+        assert!((5000..=6000).contains(&sum), "{sum}");
     }
 
     #[test]

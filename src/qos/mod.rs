@@ -74,11 +74,11 @@ pub(crate) mod weights;
 pub use crate::cost_model::{CostModel, IoKind};
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use config::{DurationUs, QosConfig};
-pub use device::QosDevice;
+pub use device::{NodeInfo, QosDevice};
 pub use error::QosError;
 pub use params::QosParams;
 pub use request::{Admission, Charge, IoRequest};
-pub use stats::{DeviceStats, PeriodRecord, VolumeStats};
+pub use stats::{DeviceStats, LatencyHistogram, PeriodRecord, VolumeStats};
 pub use volume::VolumeQos;
 pub use weights::{WEIGHT_DEFAULT, WEIGHT_MAX, WEIGHT_MIN};
 

@@ -109,3 +109,14 @@ pub struct DeviceStats {
     /// Per-volume statistics.
     pub volumes: Vec<VolumeStats>,
 }
+
+/// A volume's latency distribution since start, in the shape of a Prometheus histogram.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct LatencyHistogram {
+    /// `(upper bound µs, number of requests below it)`, ascending, cumulative.
+    pub buckets: Vec<(u64, u64)>,
+    /// Sum of all latencies, µs (bucket midpoints: within 12.5 %).
+    pub sum_us: u64,
+    /// Number of requests.
+    pub count: u64,
+}

@@ -246,3 +246,116 @@ fn snapback_takes_donated_weight_back_on_the_issue_path() {
     );
     assert_eq!(sa.hweight_inuse_raw, sa.hweight_active_raw);
 }
+
+/// Moving an active volume between groups changes its share at the next admission and
+/// leaves the sums of both parents consistent (moving it back restores the old split).
+#[test]
+fn set_parent_moves_an_active_volume() {
+    let (dev, _clock) = device(&qos_10ms());
+    dev.add_group("A", None, 100).unwrap();
+    dev.add_group("B", None, 300).unwrap();
+    let a0 = dev.add_volume("a0", Some("A"), 100).unwrap();
+    let a1 = dev.add_volume("a1", Some("A"), 100).unwrap();
+    let b0 = dev.add_volume("b0", Some("B"), 100).unwrap();
+    for v in [&a0, &a1, &b0] {
+        go(v.admit(&io_us(1)));
+    }
+    assert_eq!(a1.stats().hweight_active_raw, WEIGHT_ONE / 8);
+    assert_eq!(b0.stats().hweight_active_raw, WEIGHT_ONE * 3 / 4);
+    dev.set_parent("a1", Some("B")).unwrap();
+    // A holds a0 alone (25 %); B splits 75 % between b0 and a1.
+    assert_eq!(a0.stats().hweight_active_raw, WEIGHT_ONE / 4);
+    assert_eq!(a1.stats().hweight_active_raw, WEIGHT_ONE * 3 / 8);
+    assert_eq!(b0.stats().hweight_active_raw, WEIGHT_ONE * 3 / 8);
+    go(a1.admit(&io_us(1)));
+    let info = dev.volumes();
+    assert_eq!(info[1].parent.as_deref(), Some("B"));
+    // To the root: root's children are A(100), B(300), a1(100).
+    dev.set_parent("a1", None).unwrap();
+    assert_eq!(a1.stats().hweight_active_raw, WEIGHT_ONE / 5);
+    assert_eq!(dev.volumes()[1].parent, None);
+    dev.set_parent("a1", Some("A")).unwrap();
+    assert_eq!(a1.stats().hweight_active_raw, WEIGHT_ONE / 8);
+    assert_eq!(
+        dev.set_parent("a1", Some("a0")),
+        Err(QosError::NotAGroup("a0".into()))
+    );
+    assert_eq!(
+        dev.set_parent("A", None),
+        Err(QosError::NotAVolume("A".into()))
+    );
+    assert_eq!(
+        dev.set_parent("zz", None),
+        Err(QosError::UnknownName("zz".into()))
+    );
+}
+
+/// An idle volume can move too; it enters the new group on its next activation.
+#[test]
+fn set_parent_of_an_idle_volume_applies_on_activation() {
+    let (dev, _clock) = device(&qos_10ms());
+    dev.add_group("A", None, 100).unwrap();
+    let v = dev.add_volume("v", None, 100).unwrap();
+    let w = dev.add_volume("w", None, 100).unwrap();
+    dev.set_parent("v", Some("A")).unwrap();
+    go(v.admit(&io_us(1)));
+    go(w.admit(&io_us(1)));
+    assert_eq!(v.stats().hweight_active_raw, WEIGHT_ONE / 2);
+    assert_eq!(
+        dev.groups(),
+        vec![NodeInfo {
+            name: "A".into(),
+            weight: 100,
+            parent: None
+        }]
+    );
+}
+
+/// set_qos validates, swaps the parameters, clamps vrate into the new bounds at once and
+/// changes the period; set_model swaps the prices seen by the next admission.
+#[test]
+fn set_qos_and_set_model_apply_at_once() {
+    let (dev, _clock) = device(&qos_10ms());
+    let v = dev.add_volume("v", None, 100).unwrap();
+    assert_eq!(dev.period_ns(), 10_000_000);
+    let bad = QosConfig {
+        min: 50.0,
+        max: 40.0,
+        ..qos_10ms()
+    };
+    match dev.set_qos(&bad) {
+        Err(QosError::InvalidConfig(m)) => assert!(m.starts_with("device.qos.min"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    let q = QosConfig {
+        rlat: Some(DurationUs(10_000)),
+        wlat: Some(DurationUs(10_000)),
+        min: 50.0,
+        max: 50.0,
+        ..QosConfig::default()
+    };
+    dev.set_qos(&q).unwrap();
+    assert_eq!(dev.qos_config(), q);
+    assert_eq!(dev.period_ns(), 20_000_000);
+    assert_eq!(dev.vrate_ppm(), 500_000);
+    let c = go(v.admit(&io_us(100)));
+    assert_eq!(c.abs_cost, 100 * crate::cost_model::vtime::VTIME_PER_USEC);
+    let m = crate::cost_model::ModelConfig::default();
+    dev.set_model(&m).unwrap();
+    let c = go(v.admit(&io_us(100)));
+    assert_ne!(c.abs_cost, 100 * crate::cost_model::vtime::VTIME_PER_USEC);
+    // Disabling admits everything unthrottled.
+    dev.set_qos(&QosConfig { enable: false, ..q }).unwrap();
+    assert!(!dev.enabled());
+    for _ in 0..100 {
+        go(v.admit(&io_us(1_000_000)));
+    }
+    let bad_model = crate::cost_model::ModelConfig {
+        rbps: Some(5),
+        ..Default::default()
+    };
+    assert!(matches!(
+        dev.set_model(&bad_model),
+        Err(QosError::InvalidConfig(_))
+    ));
+}

@@ -1,9 +1,10 @@
 //! The weight tree of one device: root → groups (nested) → volumes.
 //!
 //! Only volumes (leaves) issue IO and are throttled; groups exist to divide the device
-//! hierarchically. The tree's structure never changes after a node is added, so each
-//! volume keeps its root-to-leaf path of [`NodeWeights`] and can compute its hweights
-//! without the lock.
+//! hierarchically. Each volume keeps its root-to-leaf path of [`NodeWeights`] and can
+//! compute its hweights without the lock. The only structural change is moving a volume
+//! to another group ([`Tree::reparent`], under the device lock); the volume's path is then
+//! replaced as a whole and the hweight generation bumped.
 //!
 //! Weight propagation (spec E.4): when a volume becomes active, goes idle or changes its
 //! `inuse`, the change is pushed up the tree. Each parent's child sums are adjusted and
@@ -31,6 +32,8 @@ pub(crate) const ROOT: NodeId = 0;
 /// Per-node state that only the lock holder touches.
 #[derive(Debug)]
 pub(crate) struct TreeNode {
+    /// The group or volume name (empty for the root).
+    pub name: String,
     pub level: usize,
     /// `[root, ..., self]`.
     pub ancestors: Vec<NodeId>,
@@ -64,6 +67,7 @@ impl TreeNode {
         let mut ancestors = parent.map(|p| p.ancestors.clone()).unwrap_or_default();
         ancestors.push(id);
         TreeNode {
+            name: String::new(),
             level: ancestors.len() - 1,
             ancestors,
             weights,
@@ -122,10 +126,21 @@ impl Tree {
         weights: Arc<NodeWeights>,
     ) -> NodeId {
         let id = self.nodes.len();
-        let node = TreeNode::new(Some(&self.nodes[parent]), id, weights);
+        let mut node = TreeNode::new(Some(&self.nodes[parent]), id, weights);
+        node.name = name.to_owned();
         self.nodes.push(node);
         self.by_name.insert(name.to_owned(), id);
         id
+    }
+
+    /// Move leaf `id` under `parent`. The caller must have taken the leaf out of its old
+    /// parent's sums first (propagate it to zero) and re-propagate it afterwards.
+    pub(crate) fn reparent(&mut self, id: NodeId, parent: NodeId) {
+        let mut ancestors = self.nodes[parent].ancestors.clone();
+        ancestors.push(id);
+        let node = &mut self.nodes[id];
+        node.level = ancestors.len() - 1;
+        node.ancestors = ancestors;
     }
 
     /// The root-to-node path of weight cells.

@@ -20,6 +20,8 @@
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering::*};
 use std::sync::{Arc, Mutex};
 
+use arc_swap::ArcSwap;
+
 use crate::cost_model::vtime::{
     abs_cost_to_cost, after, before_eq, cdiv, vdiff, MAX_ABS_COST, VTIME_PER_NSEC, VTIME_PER_USEC,
     WEIGHT_ONE,
@@ -29,7 +31,7 @@ use crate::cost_model::{CostInput, IoKind};
 use super::device::DeviceShared;
 use super::histogram::LatencyWindows;
 use super::request::{Admission, Charge, IoRequest};
-use super::stats::VolumeStats;
+use super::stats::{LatencyHistogram, VolumeStats};
 use super::tree::NodeId;
 use super::vclock::Now;
 use super::weights::{compute_hweights, pack_cache, unpack_cache, NodeWeights};
@@ -65,8 +67,12 @@ pub(crate) struct IoCounters {
 pub(crate) struct VolumeCore {
     pub name: String,
     pub node: NodeId,
-    /// Root-to-volume path of weight cells, for lock-free hweights.
-    pub path: Box<[Arc<NodeWeights>]>,
+    /// Root-to-volume path of weight cells, for lock-free hweights. Replaced only when
+    /// the volume moves to another group (under the device lock, followed by a
+    /// generation bump); read only when the hweight cache is stale.
+    pub path: ArcSwap<Box<[Arc<NodeWeights>]>>,
+    /// The volume's own weight cell (the last element of every path it ever has).
+    pub own: Arc<NodeWeights>,
     /// Local vtime: advanced by every admitted request's local cost.
     pub vtime: AtomicU64,
     /// Advanced by the cost of every completed request; `vtime - done_vtime` is in flight.
@@ -104,10 +110,15 @@ impl VolumeCore {
         vnow: u64,
         period: u64,
     ) -> Self {
+        let own = path
+            .last()
+            .cloned()
+            .unwrap_or_else(|| Arc::new(NodeWeights::default()));
         VolumeCore {
             name: name.to_owned(),
             node,
-            path,
+            path: ArcSwap::from_pointee(path),
+            own,
             vtime: AtomicU64::new(vnow),
             done_vtime: AtomicU64::new(vnow),
             active_period: AtomicU64::new(period),
@@ -128,8 +139,12 @@ impl VolumeCore {
 
     /// This volume's own weight cell.
     pub(crate) fn weights(&self) -> &NodeWeights {
-        // The path always ends with the volume itself (it has at least root + self).
-        &self.path[self.path.len() - 1]
+        &self.own
+    }
+
+    /// Replace the root-to-volume path (the volume moved; device lock held).
+    pub(crate) fn set_path(&self, path: Box<[Arc<NodeWeights>]>) {
+        self.path.store(Arc::new(path));
     }
 
     /// `(hweight_active, hweight_inuse)`, from the cache when the generation matches.
@@ -138,7 +153,7 @@ impl VolumeCore {
         if cgen == gen {
             return (hwa, hwi);
         }
-        let (hwa, hwi) = compute_hweights(&self.path);
+        let (hwa, hwi) = compute_hweights(&self.path.load());
         self.hw_cache.store(pack_cache(gen, hwa, hwi), Relaxed);
         (hwa, hwi)
     }
@@ -198,8 +213,9 @@ impl VolumeQos {
             len: io.len,
             prev_end: cursor.checked_sub(1),
         };
-        let abs = dev.model.abs_cost(&input).min(MAX_ABS_COST);
-        if !dev.params.enable || abs == 0 {
+        let cfg = dev.cfg();
+        let abs = cfg.model.abs_cost(&input).min(MAX_ABS_COST);
+        if !cfg.params.enable || abs == 0 {
             // Unthrottled, but still counted.
             return self.go(io, abs, 0, None);
         }
@@ -209,7 +225,7 @@ impl VolumeQos {
         if before_eq(vtime.wrapping_add(cost), now.vnow) {
             return self.go(io, abs, cost, Some(now.now_ns));
         }
-        self.throttle(io, abs, cost, vtime, now)
+        self.throttle(io, abs, cost, vtime, now, cfg.params.timer_slack_ns)
     }
 
     /// Report a completion. `alloc_ns` = when admitted (after any throttling wait),
@@ -223,13 +239,14 @@ impl VolumeQos {
             v.done_vtime.fetch_add(charge.cost, Relaxed);
         }
         let on_q_ns = done_ns.saturating_sub(alloc_ns);
-        if dev.params.enable && charge.kind.is_data() {
+        let cfg = dev.cfg();
+        if cfg.params.enable && charge.kind.is_data() {
             let rw = usize::from(charge.kind == IoKind::Write);
-            let size_ns = dev.model.size_cost(charge.kind, charge.len) / VTIME_PER_NSEC;
+            let size_ns = cfg.model.size_cost(charge.kind, charge.len) / VTIME_PER_NSEC;
             let target_ns = u64::from(if rw == 0 {
-                dev.params.rlat_us
+                cfg.params.rlat_us
             } else {
-                dev.params.wlat_us
+                cfg.params.wlat_us
             }) * 1000;
             // The transfer time of a large request is credited: being large is not a miss.
             if on_q_ns <= size_ns || on_q_ns - size_ns <= target_ns {
@@ -257,6 +274,18 @@ impl VolumeQos {
             let now = self.dev.clock.now_ns();
             let since = v.wait_since_ns.load(Relaxed);
             v.io.wait_ns.fetch_add(now.saturating_sub(since), Relaxed);
+        }
+    }
+
+    /// Device latency (admitted → completed) since start, counted below each of
+    /// `bounds_us` (ascending; powers of two give exact counts).
+    pub fn latency_histogram(&self, bounds_us: &[u64]) -> LatencyHistogram {
+        let h = self.core.hist.lock().unwrap_or_else(|e| e.into_inner());
+        let (counts, sum_us, count) = h.all.cumulative(bounds_us);
+        LatencyHistogram {
+            buckets: bounds_us.iter().copied().zip(counts).collect(),
+            sum_us,
+            count,
         }
     }
 
@@ -426,7 +455,15 @@ impl VolumeQos {
 
     /// The request does not fit its budget: make sure the volume holds its full weight,
     /// then either let it go after all or tell the caller when to retry.
-    fn throttle(&self, io: &IoRequest, abs: u64, mut cost: u64, vtime: u64, now: Now) -> Admission {
+    fn throttle(
+        &self,
+        io: &IoRequest,
+        abs: u64,
+        mut cost: u64,
+        vtime: u64,
+        now: Now,
+        timer_slack_ns: u64,
+    ) -> Admission {
         let dev = &*self.dev;
         let v = &*self.core;
         if !v.on_active.load(Acquire) {
@@ -460,7 +497,7 @@ impl VolumeQos {
         let until_ns = now
             .now_ns
             .saturating_add(wait_us.saturating_mul(1000))
-            .saturating_add(dev.params.timer_slack_ns);
+            .saturating_add(timer_slack_ns);
         Admission::Wait { until_ns }
     }
 }

@@ -1,0 +1,190 @@
+//! The JSON documents of the REST API (see `docs/openapi.json` for the full schema).
+//!
+//! Values that can be changed at runtime are reported with their origin:
+//! `"weight": {"value": 300, "source": "runtime"}`; `source` is `"config"` when the value
+//! comes from the config file and `"runtime"` when it was set over the API (and is kept
+//! in the state file, see [`super::state`]).
+
+use crate::cost_model::ModelConfig;
+use crate::qos::QosConfig;
+use serde::{Deserialize, Serialize};
+
+/// Where a value comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    Config,
+    Runtime,
+}
+
+/// A value and its origin.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Sourced<T> {
+    pub value: T,
+    pub source: Source,
+}
+
+impl<T> Sourced<T> {
+    /// `runtime` when an override exists, else the config value.
+    pub fn pick(config: T, runtime: Option<T>) -> Self {
+        match runtime {
+            Some(value) => Sourced {
+                value,
+                source: Source::Runtime,
+            },
+            None => Sourced {
+                value: config,
+                source: Source::Config,
+            },
+        }
+    }
+}
+
+/// `PATCH /v1/groups/{name}`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupPatch {
+    pub weight: Option<u32>,
+}
+
+/// `PATCH /v1/volumes/{name}`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VolumePatch {
+    pub weight: Option<u32>,
+    /// A group name, or `"root"`.
+    pub group: Option<String>,
+}
+
+/// The QoS parameters actually in use (latency targets resolved from the model).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EffectiveQos {
+    pub enable: bool,
+    pub rpct: f64,
+    pub rlat_us: u32,
+    pub wpct: f64,
+    pub wlat_us: u32,
+    pub min_pct: f64,
+    pub max_pct: f64,
+}
+
+/// `GET /v1/device`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeviceView {
+    pub model: Sourced<ModelConfig>,
+    pub qos: Sourced<QosConfig>,
+    pub effective: EffectiveQos,
+    pub vrate_pct: f64,
+    pub busy_level: i32,
+    pub period_us: u64,
+    /// Some volume is active and the planner is running.
+    pub running: bool,
+}
+
+/// A group.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GroupView {
+    pub name: String,
+    pub weight: Sourced<u32>,
+    /// Parent group, `"root"` for the top level.
+    pub parent: String,
+    /// Volumes directly in this group.
+    pub volumes: Vec<String>,
+}
+
+/// `GET /v1/groups`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GroupList {
+    pub groups: Vec<GroupView>,
+}
+
+/// A volume.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VolumeView {
+    pub name: String,
+    pub weight: Sourced<u32>,
+    /// The group, `"root"` for the top level.
+    pub group: Sourced<String>,
+    pub socket: String,
+    pub size: u64,
+    pub read_only: bool,
+    /// Frontend connections accepted since start.
+    pub connections: u64,
+}
+
+/// `GET /v1/volumes`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VolumeList {
+    pub volumes: Vec<VolumeView>,
+}
+
+/// Device part of `GET /v1/stats`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeviceStatsView {
+    pub enabled: bool,
+    pub running: bool,
+    pub vrate_pct: f64,
+    pub busy_level: i32,
+    pub period_us: u64,
+    /// Missed-latency ppm of the last period, `[read, write]`.
+    pub missed_ppm: [u32; 2],
+    pub rq_wait_pct: u32,
+}
+
+/// One volume in `GET /v1/stats`. Rates are over the last sampling interval (1 s);
+/// counters are since start; `*_period` latencies are over the last planning period.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VolumeStatsView {
+    pub name: String,
+    pub group: String,
+    pub weight: u32,
+    pub connections: u64,
+    pub iops: f64,
+    pub read_iops: f64,
+    pub write_iops: f64,
+    pub read_bytes_per_s: f64,
+    pub write_bytes_per_s: f64,
+    /// Completed requests and bytes (what the guest got), since start.
+    pub reads: u64,
+    pub writes: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub flushes: u64,
+    pub discards: u64,
+    pub write_zeroes: u64,
+    pub errors: u64,
+    /// Counted in the weight tree right now.
+    pub active: bool,
+    /// Device time used in the last planning period, percent of the period.
+    pub usage_pct: f64,
+    pub hweight_active_pct: f64,
+    pub hweight_inuse_pct: f64,
+    /// Share lent to others (hweight_active − hweight_inuse), percent.
+    pub donated_pct: f64,
+    /// Time with a throttled request, µs since start.
+    pub wait_us: u64,
+    /// Requests that had to wait for budget, since start.
+    pub throttled: u64,
+    pub lat_p50_us_period: Option<u64>,
+    pub lat_p99_us_period: Option<u64>,
+    pub lat_p50_us: Option<u64>,
+    pub lat_p99_us: Option<u64>,
+}
+
+/// `GET /v1/stats`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StatsView {
+    pub uptime_s: f64,
+    /// Length of the interval the rates were measured over, s (0 before the first one).
+    pub interval_s: f64,
+    pub device: DeviceStatsView,
+    pub volumes: Vec<VolumeStatsView>,
+}
+
+/// The body of every error response.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+    #[serde(default)]
+    pub field: Option<String>,
+}

@@ -1,0 +1,507 @@
+//! What the control plane operates on, and every operation the API offers, independent
+//! of HTTP (the handlers in [`super::handlers`] are thin wrappers).
+//!
+//! A change is validated completely, then recorded in the state file, then applied to
+//! the QoS core in one step (one device-lock acquisition), so a request either changes
+//! everything it asks for or nothing. The QoS core applies weights and group moves on
+//! the next admission of each affected volume and QoS/model changes at once (see
+//! [`QosDevice::set_qos`]); the planner is woken so that a new period length takes
+//! effect without waiting out the old period.
+
+use super::api::*;
+use super::error::ApiError;
+use super::state::{GroupOverride, RuntimeState, VolumeOverride};
+use crate::backend::volume::Volume;
+use crate::config::{Config, ROOT_GROUP, WEIGHT_MAX, WEIGHT_MIN};
+use crate::cost_model::ModelConfig;
+use crate::qos::{QosConfig, QosDevice, VolumeQos};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+/// A volume as the control plane sees it: its data-path counters and QoS handle.
+pub type VolumeHandle = Arc<Volume<Arc<VolumeQos>>>;
+
+/// Counter samples for rates.
+#[derive(Debug, Default)]
+struct Rates {
+    last: Option<(Instant, Vec<[u64; 4]>)>,
+    /// Per volume `[reads/s, writes/s, read bytes/s, write bytes/s]`.
+    rates: Vec<[f64; 4]>,
+    interval_s: f64,
+}
+
+/// The shared state of the control plane.
+pub struct Control {
+    pub qos: Arc<QosDevice>,
+    pub volumes: Vec<VolumeHandle>,
+    /// The config file as loaded (the `config` source of every value).
+    pub config: Config,
+    pub state_path: PathBuf,
+    state: Mutex<RuntimeState>,
+    /// Woken after QoS/model changes.
+    pub planner: Option<std::thread::Thread>,
+    rates: Mutex<Rates>,
+    started: Instant,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn check_weight(weight: u32) -> Result<(), ApiError> {
+    if (WEIGHT_MIN..=WEIGHT_MAX).contains(&weight) {
+        Ok(())
+    } else {
+        Err(ApiError::field(
+            "weight",
+            format!("must be within {WEIGHT_MIN}..={WEIGHT_MAX} (got {weight})"),
+        ))
+    }
+}
+
+impl Control {
+    pub fn new(
+        qos: Arc<QosDevice>,
+        volumes: Vec<VolumeHandle>,
+        config: Config,
+        state_path: PathBuf,
+        planner: Option<std::thread::Thread>,
+    ) -> Self {
+        Control {
+            qos,
+            volumes,
+            config,
+            state_path,
+            state: Mutex::new(RuntimeState::default()),
+            planner,
+            rates: Mutex::new(Rates::default()),
+            started: Instant::now(),
+        }
+    }
+
+    /// Load the state file and apply it (at start-up). Overrides naming groups or
+    /// volumes that no longer exist are dropped with a warning (and the file rewritten);
+    /// an unreadable file is an error.
+    pub fn restore(&self) -> Result<(), String> {
+        let mut st = RuntimeState::load(&self.state_path)?;
+        let before = st.clone();
+        let group_known =
+            |g: &str| g == ROOT_GROUP || self.config.groups.iter().any(|c| c.name == g);
+        st.groups.retain(|name, _| {
+            let keep = self.config.groups.iter().any(|g| &g.name == name);
+            if !keep {
+                tracing::warn!(group = %name, "state file: no such group any more; dropped");
+            }
+            keep
+        });
+        st.volumes.retain(|name, o| {
+            if !self.volumes.iter().any(|v| &v.name == name) {
+                tracing::warn!(volume = %name, "state file: no such volume any more; dropped");
+                return false;
+            }
+            if let Some(g) = &o.group {
+                if !group_known(g) {
+                    tracing::warn!(volume = %name, group = %g, "state file: no such group any more; group change dropped");
+                    o.group = None;
+                }
+            }
+            o.weight.is_some() || o.group.is_some()
+        });
+        if let Some(m) = &st.model {
+            self.qos
+                .set_model(m)
+                .map_err(|e| format!("state file {}: model: {e}", self.state_path.display()))?;
+        }
+        if let Some(q) = &st.qos {
+            self.qos
+                .set_qos(q)
+                .map_err(|e| format!("state file {}: qos: {e}", self.state_path.display()))?;
+        }
+        for (name, o) in &st.groups {
+            if let Some(w) = o.weight {
+                self.qos
+                    .set_weight(name, w)
+                    .map_err(|e| format!("state file {}: {e}", self.state_path.display()))?;
+            }
+        }
+        for (name, o) in &st.volumes {
+            let group = o
+                .group
+                .as_deref()
+                .map(|g| Some(g).filter(|g| *g != ROOT_GROUP));
+            self.qos
+                .update_volume(name, o.weight, group)
+                .map_err(|e| format!("state file {}: {e}", self.state_path.display()))?;
+        }
+        if st != before {
+            st.save(&self.state_path)
+                .map_err(|e| format!("state file {}: {e}", self.state_path.display()))?;
+        }
+        if !st.is_empty() {
+            tracing::info!(path = %self.state_path.display(), "applied runtime changes from the state file");
+        }
+        *lock(&self.state) = st;
+        Ok(())
+    }
+
+    /// The current runtime state (what the state file holds).
+    pub fn runtime_state(&self) -> RuntimeState {
+        lock(&self.state).clone()
+    }
+
+    /// Record `change` in the state file, then apply it with `apply`; on failure
+    /// neither happens.
+    fn commit(
+        &self,
+        change: impl FnOnce(&mut RuntimeState),
+        apply: impl FnOnce() -> Result<(), ApiError>,
+    ) -> Result<(), ApiError> {
+        let mut st = lock(&self.state);
+        let mut next = st.clone();
+        change(&mut next);
+        next.save(&self.state_path).map_err(|e| {
+            ApiError::internal(format!(
+                "cannot write the state file {}: {e} (nothing changed)",
+                self.state_path.display()
+            ))
+        })?;
+        if let Err(e) = apply() {
+            // Validation should have caught it; keep the file in line with what runs.
+            let _ = st.save(&self.state_path);
+            return Err(e);
+        }
+        *st = next;
+        Ok(())
+    }
+
+    fn kick_planner(&self) {
+        if let Some(t) = &self.planner {
+            t.unpark();
+        }
+    }
+
+    // ----- device -----
+
+    pub fn device(&self) -> DeviceView {
+        let st = lock(&self.state);
+        let p = self.qos.params();
+        let stats = self.qos.stats();
+        DeviceView {
+            model: Sourced::pick(self.config.device.model.clone(), st.model.clone()),
+            qos: Sourced::pick(self.config.device.qos.clone(), st.qos.clone()),
+            effective: EffectiveQos {
+                enable: p.enable,
+                rpct: f64::from(p.rppm) / 10_000.0,
+                rlat_us: p.rlat_us,
+                wpct: f64::from(p.wppm) / 10_000.0,
+                wlat_us: p.wlat_us,
+                min_pct: p.min_ppm as f64 / 10_000.0,
+                max_pct: p.max_ppm as f64 / 10_000.0,
+            },
+            vrate_pct: stats.vrate_pct,
+            busy_level: stats.busy_level,
+            period_us: stats.period_us,
+            running: stats.running,
+        }
+    }
+
+    pub fn put_qos(&self, qos: QosConfig) -> Result<DeviceView, ApiError> {
+        qos.validate().map_err(|e| ApiError::from_validation(&e))?;
+        self.commit(
+            |s| s.qos = Some(qos.clone()),
+            || {
+                self.qos
+                    .set_qos(&qos)
+                    .map_err(|e| ApiError::from_validation(&e.to_string()))
+            },
+        )?;
+        self.kick_planner();
+        tracing::info!(?qos, "control: device qos changed");
+        Ok(self.device())
+    }
+
+    pub fn put_model(&self, model: ModelConfig) -> Result<DeviceView, ApiError> {
+        model
+            .validate()
+            .map_err(|e| ApiError::from_validation(&e))?;
+        self.commit(
+            |s| s.model = Some(model.clone()),
+            || {
+                self.qos
+                    .set_model(&model)
+                    .map_err(|e| ApiError::from_validation(&e.to_string()))
+            },
+        )?;
+        self.kick_planner();
+        tracing::info!(?model, "control: device model changed");
+        Ok(self.device())
+    }
+
+    // ----- groups -----
+
+    fn group_view(&self, st: &RuntimeState, info: &crate::qos::NodeInfo) -> GroupView {
+        let cfg_weight = self
+            .config
+            .groups
+            .iter()
+            .find(|g| g.name == info.name)
+            .map(|g| g.weight)
+            .unwrap_or(info.weight);
+        let runtime = st.groups.get(&info.name).and_then(|o| o.weight);
+        GroupView {
+            name: info.name.clone(),
+            weight: Sourced {
+                value: info.weight,
+                source: Sourced::pick(cfg_weight, runtime).source,
+            },
+            parent: info.parent.clone().unwrap_or_else(|| ROOT_GROUP.into()),
+            volumes: self
+                .qos
+                .volumes()
+                .into_iter()
+                .filter(|v| v.parent.as_deref() == Some(info.name.as_str()))
+                .map(|v| v.name)
+                .collect(),
+        }
+    }
+
+    pub fn groups(&self) -> GroupList {
+        let st = lock(&self.state);
+        GroupList {
+            groups: self
+                .qos
+                .groups()
+                .iter()
+                .map(|g| self.group_view(&st, g))
+                .collect(),
+        }
+    }
+
+    pub fn group(&self, name: &str) -> Result<GroupView, ApiError> {
+        let st = lock(&self.state);
+        self.qos
+            .groups()
+            .iter()
+            .find(|g| g.name == name)
+            .map(|g| self.group_view(&st, g))
+            .ok_or_else(|| ApiError::not_found(format!("no group named {name:?}")))
+    }
+
+    pub fn patch_group(&self, name: &str, patch: GroupPatch) -> Result<GroupView, ApiError> {
+        self.group(name)?;
+        if let Some(w) = patch.weight {
+            check_weight(w)?;
+            let key = name.to_owned();
+            self.commit(
+                |s| {
+                    s.groups
+                        .entry(key)
+                        .or_insert_with(GroupOverride::default)
+                        .weight = Some(w)
+                },
+                || {
+                    self.qos
+                        .set_weight(name, w)
+                        .map_err(|e| ApiError::field("weight", e))
+                },
+            )?;
+            tracing::info!(group = %name, weight = w, "control: group weight changed");
+        }
+        self.group(name)
+    }
+
+    // ----- volumes -----
+
+    fn volume_view(&self, st: &RuntimeState, v: &VolumeHandle) -> VolumeView {
+        let info = self.qos.volumes().into_iter().find(|i| i.name == v.name);
+        let cfg = self.config.volumes.iter().find(|c| c.name == v.name);
+        let cfg_weight = cfg.map(|c| c.weight).unwrap_or_default();
+        let cfg_group = cfg
+            .and_then(|c| c.group.clone())
+            .unwrap_or_else(|| ROOT_GROUP.into());
+        let o = st.volumes.get(&v.name);
+        let weight = info.as_ref().map(|i| i.weight).unwrap_or(cfg_weight);
+        let group = info
+            .as_ref()
+            .and_then(|i| i.parent.clone())
+            .unwrap_or_else(|| ROOT_GROUP.into());
+        VolumeView {
+            name: v.name.clone(),
+            weight: Sourced {
+                value: weight,
+                source: Sourced::pick(0, o.and_then(|o| o.weight)).source,
+            },
+            group: Sourced {
+                value: group,
+                source: Sourced::pick(cfg_group, o.and_then(|o| o.group.clone())).source,
+            },
+            socket: v.socket.display().to_string(),
+            size: v.limits.capacity,
+            read_only: v.limits.read_only,
+            connections: v.counters.connections.load(Relaxed),
+        }
+    }
+
+    fn find_volume(&self, name: &str) -> Result<&VolumeHandle, ApiError> {
+        self.volumes
+            .iter()
+            .find(|v| v.name == name)
+            .ok_or_else(|| ApiError::not_found(format!("no volume named {name:?}")))
+    }
+
+    pub fn volumes(&self) -> VolumeList {
+        let st = lock(&self.state);
+        VolumeList {
+            volumes: self
+                .volumes
+                .iter()
+                .map(|v| self.volume_view(&st, v))
+                .collect(),
+        }
+    }
+
+    pub fn volume(&self, name: &str) -> Result<VolumeView, ApiError> {
+        let v = self.find_volume(name)?;
+        Ok(self.volume_view(&lock(&self.state), v))
+    }
+
+    pub fn patch_volume(&self, name: &str, patch: VolumePatch) -> Result<VolumeView, ApiError> {
+        self.find_volume(name)?;
+        if let Some(w) = patch.weight {
+            check_weight(w)?;
+        }
+        if let Some(g) = &patch.group {
+            if g != ROOT_GROUP && !self.qos.groups().iter().any(|i| &i.name == g) {
+                return Err(ApiError::field(
+                    "group",
+                    format!("no group named {g:?} (use \"root\" for the top level)"),
+                ));
+            }
+        }
+        if patch.weight.is_some() || patch.group.is_some() {
+            let key = name.to_owned();
+            let (weight, group) = (patch.weight, patch.group.clone());
+            self.commit(
+                |s| {
+                    let o = s.volumes.entry(key).or_insert_with(VolumeOverride::default);
+                    if weight.is_some() {
+                        o.weight = weight;
+                    }
+                    if group.is_some() {
+                        o.group = group;
+                    }
+                },
+                || {
+                    let group = patch
+                        .group
+                        .as_deref()
+                        .map(|g| Some(g).filter(|g| *g != ROOT_GROUP));
+                    self.qos
+                        .update_volume(name, patch.weight, group)
+                        .map_err(|e| ApiError::body(e.to_string()))
+                },
+            )?;
+            tracing::info!(volume = %name, weight = ?patch.weight, group = ?patch.group, "control: volume changed");
+        }
+        self.volume(name)
+    }
+
+    // ----- statistics -----
+
+    fn counters(v: &VolumeHandle) -> [u64; 4] {
+        let c = &v.counters;
+        [
+            c.reads.load(Relaxed),
+            c.writes.load(Relaxed),
+            c.read_bytes.load(Relaxed),
+            c.write_bytes.load(Relaxed),
+        ]
+    }
+
+    /// Take a counter sample; rates are computed between consecutive samples (the
+    /// server samples once per second).
+    pub fn sample(&self) {
+        let now = Instant::now();
+        let cur: Vec<[u64; 4]> = self.volumes.iter().map(Self::counters).collect();
+        let mut r = lock(&self.rates);
+        if let Some((at, prev)) = &r.last {
+            let dt = now.duration_since(*at).as_secs_f64().max(1e-3);
+            let rates = cur
+                .iter()
+                .zip(prev)
+                .map(|(c, p)| std::array::from_fn(|i| c[i].saturating_sub(p[i]) as f64 / dt))
+                .collect();
+            r.rates = rates;
+            r.interval_s = dt;
+        }
+        r.last = Some((now, cur));
+    }
+
+    pub fn stats(&self) -> StatsView {
+        let d = self.qos.stats();
+        let tree = self.qos.volumes();
+        let (rates, interval_s) = {
+            let r = lock(&self.rates);
+            (r.rates.clone(), r.interval_s)
+        };
+        let volumes = self
+            .volumes
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let q = d.volumes.iter().find(|s| s.name == v.name);
+                let info = tree.iter().find(|t| t.name == v.name);
+                let rate = rates.get(i).copied().unwrap_or_default();
+                let c = &v.counters;
+                VolumeStatsView {
+                    name: v.name.clone(),
+                    group: info
+                        .and_then(|t| t.parent.clone())
+                        .unwrap_or_else(|| ROOT_GROUP.into()),
+                    weight: info.map(|t| t.weight).unwrap_or_default(),
+                    connections: c.connections.load(Relaxed),
+                    iops: rate[0] + rate[1],
+                    read_iops: rate[0],
+                    write_iops: rate[1],
+                    read_bytes_per_s: rate[2],
+                    write_bytes_per_s: rate[3],
+                    reads: c.reads.load(Relaxed),
+                    writes: c.writes.load(Relaxed),
+                    read_bytes: c.read_bytes.load(Relaxed),
+                    write_bytes: c.write_bytes.load(Relaxed),
+                    flushes: c.flushes.load(Relaxed),
+                    discards: c.discards.load(Relaxed),
+                    write_zeroes: c.write_zeroes.load(Relaxed),
+                    errors: c.errors.load(Relaxed),
+                    active: q.is_some_and(|q| q.active),
+                    usage_pct: q.map_or(0.0, |q| q.usage_pct),
+                    hweight_active_pct: q.map_or(0.0, |q| q.hweight_active),
+                    hweight_inuse_pct: q.map_or(0.0, |q| q.hweight_inuse),
+                    donated_pct: q.map_or(0.0, |q| q.donated),
+                    wait_us: q.map_or(0, |q| q.wait_us),
+                    throttled: q.map_or(0, |q| q.throttled),
+                    lat_p50_us_period: q.and_then(|q| q.lat_p50_us_period),
+                    lat_p99_us_period: q.and_then(|q| q.lat_p99_us_period),
+                    lat_p50_us: q.and_then(|q| q.lat_p50_us),
+                    lat_p99_us: q.and_then(|q| q.lat_p99_us),
+                }
+            })
+            .collect();
+        StatsView {
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            interval_s,
+            device: DeviceStatsView {
+                enabled: d.enabled,
+                running: d.running,
+                vrate_pct: d.vrate_pct,
+                busy_level: d.busy_level,
+                period_us: d.period_us,
+                missed_ppm: d.missed_ppm,
+                rq_wait_pct: d.rq_wait_pct,
+            },
+            volumes,
+        }
+    }
+}

@@ -1,0 +1,454 @@
+//! `vhost-iocost ctl`: the command-line client of the control API.
+//!
+//! The socket is `--socket`, else the `[control] socket` of `--config FILE`, else the
+//! environment variable `VHOST_IOCOST_SOCKET`. Read commands print tables, or the API's
+//! JSON with `--json`. `top` redraws a table every second (like `iocost_monitor`) until
+//! Ctrl-C; with `--once` it prints one frame and exits (for scripts and pipes).
+
+use super::api::{GroupList, StatsView, VolumeList};
+use super::client::{self, Response};
+use crate::config::Config;
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Environment variable naming the control socket.
+pub const SOCKET_ENV: &str = "VHOST_IOCOST_SOCKET";
+
+#[derive(Args, Debug)]
+pub struct CtlArgs {
+    /// The daemon's control socket (default: from --config, else $VHOST_IOCOST_SOCKET).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// Read the control socket from this daemon config (`[control] socket`).
+    #[arg(long, short = 'c', global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Print the API's JSON instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: CtlCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum CtlCommand {
+    /// List volumes: group, weight (`*` = changed at runtime), connections, socket.
+    Volumes,
+    /// List groups: parent, weight, member volumes.
+    Groups,
+    /// Set the weight (1..10000) of a volume or group, at runtime and persistently.
+    SetWeight {
+        /// Volume or group name.
+        name: String,
+        /// The new weight.
+        weight: u32,
+    },
+    /// Show the device QoS, or change the given keys (the others keep their values).
+    Qos {
+        /// Throttle at all (true/false).
+        #[arg(long)]
+        enable: Option<bool>,
+        /// Read latency percentile (0..100).
+        #[arg(long)]
+        rpct: Option<f64>,
+        /// Read latency target ("250us", "5ms").
+        #[arg(long)]
+        rlat: Option<String>,
+        /// Write latency percentile.
+        #[arg(long)]
+        wpct: Option<f64>,
+        /// Write latency target.
+        #[arg(long)]
+        wlat: Option<String>,
+        /// Lower vrate bound, percent.
+        #[arg(long)]
+        min: Option<f64>,
+        /// Upper vrate bound, percent.
+        #[arg(long)]
+        max: Option<f64>,
+    },
+    /// Per-volume statistics (one table).
+    Stats,
+    /// A live per-volume table refreshed every second; Ctrl-C exits.
+    Top {
+        /// Print one frame and exit.
+        #[arg(long)]
+        once: bool,
+        /// Refresh interval in seconds.
+        #[arg(long, default_value_t = 1.0)]
+        interval: f64,
+    },
+}
+
+struct Api {
+    socket: PathBuf,
+}
+
+impl Api {
+    fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Response, String> {
+        let body = body.map(|b| b.to_string());
+        client::request(&self.socket, method, path, body.as_deref()).map_err(|e| e.to_string())
+    }
+
+    /// A call that must succeed (2xx); returns the JSON body.
+    fn ok(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value, String> {
+        let r = self.call(method, path, body)?;
+        if (200..300).contains(&r.status) {
+            r.json()
+        } else {
+            Err(r.error_message())
+        }
+    }
+}
+
+fn socket_path(args: &CtlArgs) -> Result<PathBuf, String> {
+    if let Some(s) = &args.socket {
+        return Ok(s.clone());
+    }
+    if let Some(c) = &args.config {
+        let config = Config::load(c).map_err(|e| e.to_string())?;
+        return config
+            .control
+            .socket
+            .ok_or_else(|| format!("{}: no [control] socket is configured", c.display()));
+    }
+    match std::env::var_os(SOCKET_ENV) {
+        Some(s) if !s.is_empty() => Ok(PathBuf::from(s)),
+        _ => Err(format!(
+            "no control socket: give --socket PATH, --config FILE or set {SOCKET_ENV}"
+        )),
+    }
+}
+
+fn print_json(v: &Value) -> Result<(), String> {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(v).map_err(|e| e.to_string())?
+    );
+    Ok(())
+}
+
+fn decode<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, String> {
+    serde_json::from_value(v).map_err(|e| format!("unexpected answer from the daemon: {e}"))
+}
+
+/// Run a ctl command.
+pub fn run(args: &CtlArgs) -> Result<(), String> {
+    let api = Api {
+        socket: socket_path(args)?,
+    };
+    match &args.command {
+        CtlCommand::Volumes => {
+            let v = api.ok("GET", "/v1/volumes", None)?;
+            if args.json {
+                return print_json(&v);
+            }
+            print!("{}", format_volumes(&decode(v)?));
+        }
+        CtlCommand::Groups => {
+            let v = api.ok("GET", "/v1/groups", None)?;
+            if args.json {
+                return print_json(&v);
+            }
+            print!("{}", format_groups(&decode(v)?));
+        }
+        CtlCommand::SetWeight { name, weight } => {
+            let body = json!({ "weight": weight });
+            let seg = encode_segment(name);
+            let mut r = api.call("PATCH", &format!("/v1/volumes/{seg}"), Some(&body))?;
+            let mut kind = "volume";
+            if r.status == 404 {
+                r = api.call("PATCH", &format!("/v1/groups/{seg}"), Some(&body))?;
+                kind = "group";
+                if r.status == 404 {
+                    return Err(format!("no volume or group named {name:?}"));
+                }
+            }
+            if !(200..300).contains(&r.status) {
+                return Err(r.error_message());
+            }
+            if args.json {
+                return print_json(&r.json()?);
+            }
+            println!("{kind} {name}: weight {weight}");
+        }
+        CtlCommand::Qos {
+            enable,
+            rpct,
+            rlat,
+            wpct,
+            wlat,
+            min,
+            max,
+        } => {
+            let device = api.ok("GET", "/v1/device", None)?;
+            let mut qos = device["qos"]["value"].clone();
+            let Some(obj) = qos.as_object_mut() else {
+                return Err("unexpected answer from the daemon: no qos".into());
+            };
+            let mut changed = false;
+            let mut set = |k: &str, v: Option<Value>| {
+                if let Some(v) = v {
+                    obj.insert(k.into(), v);
+                    changed = true;
+                }
+            };
+            set("enable", enable.map(Value::from));
+            set("rpct", rpct.map(Value::from));
+            set("rlat", rlat.clone().map(Value::from));
+            set("wpct", wpct.map(Value::from));
+            set("wlat", wlat.clone().map(Value::from));
+            set("min", min.map(Value::from));
+            set("max", max.map(Value::from));
+            let device = if changed {
+                api.ok("PUT", "/v1/device/qos", Some(&qos))?
+            } else {
+                device
+            };
+            if args.json {
+                return print_json(&device);
+            }
+            print!("{}", format_qos(&device));
+        }
+        CtlCommand::Stats => {
+            let v = api.ok("GET", "/v1/stats", None)?;
+            if args.json {
+                return print_json(&v);
+            }
+            print!("{}", format_stats(&decode(v)?));
+        }
+        CtlCommand::Top { once, interval } => top(&api, *once, *interval, args.json)?,
+    }
+    Ok(())
+}
+
+/// Percent-encode a name for a URL path segment.
+fn encode_segment(name: &str) -> String {
+    let mut out = String::new();
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+fn top(api: &Api, once: bool, interval: f64, json: bool) -> Result<(), String> {
+    // SAFETY: isatty on fd 1 has no preconditions.
+    let tty = unsafe { libc::isatty(1) } == 1;
+    if !once {
+        // SAFETY: installs an async-signal-safe handler (one atomic store).
+        unsafe {
+            libc::signal(
+                libc::SIGINT,
+                on_sigint as extern "C" fn(libc::c_int) as libc::sighandler_t,
+            );
+            libc::signal(
+                libc::SIGTERM,
+                on_sigint as extern "C" fn(libc::c_int) as libc::sighandler_t,
+            );
+        }
+    }
+    let interval = Duration::from_secs_f64(interval.clamp(0.1, 3600.0));
+    let mut out = std::io::stdout();
+    if tty && !once {
+        let _ = write!(out, "\x1b[?25l"); // hide the cursor while redrawing
+    }
+    let result = (|| loop {
+        let v = api.ok("GET", "/v1/stats", None)?;
+        let frame = if json {
+            format!(
+                "{}\n",
+                serde_json::to_string(&v).map_err(|e| e.to_string())?
+            )
+        } else {
+            format_stats(&decode(v)?)
+        };
+        if tty && !once && !json {
+            let _ = write!(out, "\x1b[H\x1b[2J");
+        }
+        let _ = out.write_all(frame.as_bytes());
+        let _ = out.flush();
+        if once {
+            return Ok(());
+        }
+        let until = Instant::now() + interval;
+        while Instant::now() < until {
+            if INTERRUPTED.load(Ordering::SeqCst) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+    })();
+    if tty && !once {
+        let _ = write!(out, "\x1b[?25h");
+        let _ = out.flush();
+    }
+    result
+}
+
+fn opt(v: Option<u64>) -> String {
+    v.map_or_else(|| "-".into(), |v| v.to_string())
+}
+
+fn mark(runtime: bool) -> &'static str {
+    if runtime {
+        "*"
+    } else {
+        ""
+    }
+}
+
+/// The `volumes` table.
+pub fn format_volumes(list: &VolumeList) -> String {
+    use super::api::Source::Runtime;
+    let mut s = format!(
+        "{:<20} {:<16} {:>7} {:>5} {:>9}  {}\n",
+        "VOLUME", "GROUP", "WEIGHT", "CONN", "SIZE_MiB", "SOCKET"
+    );
+    for v in &list.volumes {
+        let _ = writeln!(
+            s,
+            "{:<20} {:<16} {:>7} {:>5} {:>9}  {}",
+            v.name,
+            format!("{}{}", v.group.value, mark(v.group.source == Runtime)),
+            format!("{}{}", v.weight.value, mark(v.weight.source == Runtime)),
+            v.connections,
+            v.size >> 20,
+            v.socket
+        );
+    }
+    s.push_str("(* = changed at runtime)\n");
+    s
+}
+
+/// The `groups` table.
+pub fn format_groups(list: &GroupList) -> String {
+    use super::api::Source::Runtime;
+    let mut s = format!(
+        "{:<20} {:<16} {:>7}  {}\n",
+        "GROUP", "PARENT", "WEIGHT", "VOLUMES"
+    );
+    for g in &list.groups {
+        let _ = writeln!(
+            s,
+            "{:<20} {:<16} {:>7}  {}",
+            g.name,
+            g.parent,
+            format!("{}{}", g.weight.value, mark(g.weight.source == Runtime)),
+            g.volumes.join(",")
+        );
+    }
+    s
+}
+
+fn format_qos(device: &Value) -> String {
+    let e = &device["effective"];
+    format!(
+        "qos ({}): enable={} rpct={} rlat={}us wpct={} wlat={}us min={}% max={}%\n\
+         model ({}): {}\nvrate={:.1}% busy_level={} period={}us\n",
+        device["qos"]["source"].as_str().unwrap_or("?"),
+        e["enable"],
+        e["rpct"],
+        e["rlat_us"],
+        e["wpct"],
+        e["wlat_us"],
+        e["min_pct"],
+        e["max_pct"],
+        device["model"]["source"].as_str().unwrap_or("?"),
+        device["model"]["value"],
+        device["vrate_pct"].as_f64().unwrap_or(0.0),
+        device["busy_level"],
+        device["period_us"],
+    )
+}
+
+/// One `stats`/`top` frame.
+pub fn format_stats(st: &StatsView) -> String {
+    let d = &st.device;
+    let mut s = format!(
+        "vrate {:.1}%  busy_level {}  period {} us  qos {}  missed r/w {}/{} ppm  uptime {:.0} s\n",
+        d.vrate_pct,
+        d.busy_level,
+        d.period_us,
+        if d.enabled { "on" } else { "off" },
+        d.missed_ppm[0],
+        d.missed_ppm[1],
+        st.uptime_s
+    );
+    let _ = writeln!(
+        s,
+        "{:<16} {:<10} {:>6} {:>3} {:>6} {:>6} {:>6} {:>6} {:>8} {:>8} {:>8} {:>9} {:>8} {:>8} {:>4}",
+        "VOLUME", "GROUP", "WEIGHT", "ACT", "HWA%", "HWI%", "DON%", "USE%", "IOPS", "MiB/s",
+        "WAIT_ms", "THROTTLED", "P50_us", "P99_us", "CONN"
+    );
+    for v in &st.volumes {
+        let _ = writeln!(
+            s,
+            "{:<16} {:<10} {:>6} {:>3} {:>6.1} {:>6.1} {:>6.1} {:>6.1} {:>8.0} {:>8.1} {:>8} {:>9} {:>8} {:>8} {:>4}",
+            v.name,
+            v.group,
+            v.weight,
+            if v.active { "*" } else { "" },
+            v.hweight_active_pct,
+            v.hweight_inuse_pct,
+            v.donated_pct,
+            v.usage_pct,
+            v.iops,
+            (v.read_bytes_per_s + v.write_bytes_per_s) / 1048576.0,
+            v.wait_us / 1000,
+            v.throttled,
+            opt(v.lat_p50_us_period),
+            opt(v.lat_p99_us_period),
+            v.connections
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn socket_resolution_order() {
+        let args = |socket: Option<&str>, config: Option<PathBuf>| CtlArgs {
+            socket: socket.map(PathBuf::from),
+            config,
+            json: false,
+            command: CtlCommand::Volumes,
+        };
+        assert_eq!(
+            socket_path(&args(Some("/a.sock"), None)).unwrap(),
+            PathBuf::from("/a.sock")
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("c.toml");
+        std::fs::write(
+            &cfg,
+            "[device]\nkind = \"null\"\n[control]\nsocket = \"/run/x.sock\"\n\
+             [[volume]]\nname = \"v\"\nsocket = \"v.sock\"\nsize = \"1MiB\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            socket_path(&args(None, Some(cfg))).unwrap(),
+            PathBuf::from("/run/x.sock")
+        );
+        assert_eq!(encode_segment("a b/c"), "a%20b%2Fc");
+    }
+}

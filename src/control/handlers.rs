@@ -1,0 +1,184 @@
+//! The HTTP routes: thin wrappers that parse the body, call [`Control`] and encode the
+//! answer. The route table is built through [`Routes`], which records every
+//! (method, path) it registers, so a test can hold the served routes against
+//! `docs/openapi.json` in both directions.
+
+use super::api::{GroupPatch, VolumePatch};
+use super::context::Control;
+use super::error::{parse_body, ApiError};
+use super::metrics;
+use crate::cost_model::ModelConfig;
+use crate::qos::QosConfig;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::handler::Handler;
+use axum::http::{header, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{on, MethodFilter};
+use axum::{Json, Router};
+use std::sync::Arc;
+
+type Ctx = State<Arc<Control>>;
+
+/// A router plus the list of what it serves.
+pub struct Routes {
+    router: Router<Arc<Control>>,
+    list: Vec<(&'static str, &'static str)>,
+}
+
+impl Routes {
+    fn new() -> Self {
+        Routes {
+            router: Router::new(),
+            list: Vec::new(),
+        }
+    }
+
+    fn add<H, T>(mut self, method: &'static str, path: &'static str, handler: H) -> Self
+    where
+        H: Handler<T, Arc<Control>>,
+        T: 'static,
+    {
+        let filter = match method {
+            "GET" => MethodFilter::GET,
+            "PUT" => MethodFilter::PUT,
+            "PATCH" => MethodFilter::PATCH,
+            "POST" => MethodFilter::POST,
+            _ => MethodFilter::DELETE,
+        };
+        self.router = self.router.route(path, on(filter, handler));
+        self.list.push((method, path));
+        self
+    }
+
+    /// `(method, path)` of every route, paths in axum syntax (`/v1/groups/{name}`, the
+    /// same as OpenAPI's).
+    pub fn list(&self) -> &[(&'static str, &'static str)] {
+        &self.list
+    }
+
+    pub fn into_router(self, ctl: Arc<Control>) -> Router {
+        self.router.fallback(fallback).with_state(ctl)
+    }
+}
+
+/// Every route of the API.
+pub fn routes() -> Routes {
+    Routes::new()
+        .add("GET", "/v1/device", get_device)
+        .add("PUT", "/v1/device/qos", put_qos)
+        .add("PUT", "/v1/device/model", put_model)
+        .add("GET", "/v1/groups", get_groups)
+        .add("GET", "/v1/groups/{name}", get_group)
+        .add("PATCH", "/v1/groups/{name}", patch_group)
+        .add("GET", "/v1/volumes", get_volumes)
+        .add("GET", "/v1/volumes/{name}", get_volume)
+        .add("PATCH", "/v1/volumes/{name}", patch_volume)
+        .add("GET", "/v1/stats", get_stats)
+        .add("GET", "/metrics", get_metrics)
+}
+
+async fn fallback(method: Method, uri: Uri) -> ApiError {
+    ApiError::not_found(format!("no such route: {method} {}", uri.path()))
+}
+
+async fn get_device(State(c): Ctx) -> Response {
+    Json(c.device()).into_response()
+}
+
+async fn put_qos(State(c): Ctx, body: Bytes) -> Result<Response, ApiError> {
+    let q: QosConfig = parse_body(&body)?;
+    Ok(Json(c.put_qos(q)?).into_response())
+}
+
+async fn put_model(State(c): Ctx, body: Bytes) -> Result<Response, ApiError> {
+    let m: ModelConfig = parse_body(&body)?;
+    Ok(Json(c.put_model(m)?).into_response())
+}
+
+async fn get_groups(State(c): Ctx) -> Response {
+    Json(c.groups()).into_response()
+}
+
+async fn get_group(State(c): Ctx, Path(name): Path<String>) -> Result<Response, ApiError> {
+    Ok(Json(c.group(&name)?).into_response())
+}
+
+async fn patch_group(
+    State(c): Ctx,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    // 404 before 400: an unknown name is reported even with a bad body.
+    c.group(&name)?;
+    let p: GroupPatch = parse_body(&body)?;
+    Ok(Json(c.patch_group(&name, p)?).into_response())
+}
+
+async fn get_volumes(State(c): Ctx) -> Response {
+    Json(c.volumes()).into_response()
+}
+
+async fn get_volume(State(c): Ctx, Path(name): Path<String>) -> Result<Response, ApiError> {
+    Ok(Json(c.volume(&name)?).into_response())
+}
+
+async fn patch_volume(
+    State(c): Ctx,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    c.volume(&name)?;
+    let p: VolumePatch = parse_body(&body)?;
+    Ok(Json(c.patch_volume(&name, p)?).into_response())
+}
+
+async fn get_stats(State(c): Ctx) -> Response {
+    Json(c.stats()).into_response()
+}
+
+async fn get_metrics(State(c): Ctx) -> Result<Response, ApiError> {
+    let text = metrics::render(&c).map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
+        text,
+    )
+        .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// The OpenAPI document lists exactly the routes the server serves.
+    #[test]
+    fn openapi_matches_the_routes() {
+        let text = include_str!("../../docs/openapi.json");
+        let doc: serde_json::Value = serde_json::from_str(text).expect("docs/openapi.json parses");
+        let mut documented = BTreeSet::new();
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for method in item.as_object().expect("path item").keys() {
+                if ["get", "put", "patch", "post", "delete"].contains(&method.as_str()) {
+                    documented.insert((method.to_uppercase(), path.clone()));
+                }
+            }
+        }
+        let served: BTreeSet<(String, String)> = routes()
+            .list()
+            .iter()
+            .map(|(m, p)| (m.to_string(), p.to_string()))
+            .collect();
+        let undocumented: Vec<_> = served.difference(&documented).collect();
+        let unserved: Vec<_> = documented.difference(&served).collect();
+        assert!(
+            undocumented.is_empty(),
+            "served but not in docs/openapi.json: {undocumented:?}"
+        );
+        assert!(
+            unserved.is_empty(),
+            "in docs/openapi.json but not served: {unserved:?}"
+        );
+    }
+}

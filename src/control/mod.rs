@@ -1,0 +1,56 @@
+//! The control plane: a REST API on a unix socket, Prometheus metrics, runtime changes
+//! that survive restarts, and the `vhost-iocost ctl` client.
+//!
+//! * [`server`]: the HTTP/1.1 server (axum on a private tokio runtime, own thread) and
+//!   the socket handling;
+//! * [`handlers`]: the routes; [`api`]: the JSON documents; [`error`]: error responses;
+//! * [`context`]: the operations behind the routes ([`Control`]);
+//! * [`state`]: the state file that makes runtime changes persistent;
+//! * [`metrics`]: `GET /metrics`;
+//! * [`client`] and [`ctl`]: the command-line client.
+//!
+//! The routes, the JSON shapes and the persistence format are documented in
+//! `docs/openapi.json` and the README ("Control plane").
+
+pub mod api;
+pub mod client;
+pub mod context;
+pub mod ctl;
+pub mod error;
+pub mod handlers;
+pub mod metrics;
+pub mod server;
+pub mod state;
+
+pub use context::Control;
+pub use server::ControlServer;
+
+use crate::config::Config;
+use crate::daemon::Daemon;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Apply the runtime changes recorded beside `config_path` to the running `daemon`, and
+/// start the REST server if `[control] socket` is set (None otherwise). Errors name the
+/// socket or the state file.
+pub fn start(
+    config: &Config,
+    config_path: &Path,
+    daemon: &Daemon,
+) -> Result<Option<ControlServer>, String> {
+    let ctl = Arc::new(Control::new(
+        daemon.qos.clone(),
+        daemon.servers.iter().map(|s| s.volume.clone()).collect(),
+        config.clone(),
+        state::state_path(config_path),
+        Some(daemon.planner.clone()),
+    ));
+    ctl.restore()?;
+    let Some(socket) = &config.control.socket else {
+        return Ok(None);
+    };
+    let listener = server::bind(socket).map_err(|e| e.to_string())?;
+    ControlServer::start(ctl, listener, socket.clone())
+        .map(Some)
+        .map_err(|e| format!("control server: {e}"))
+}

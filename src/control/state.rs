@@ -1,0 +1,194 @@
+//! Persistence of runtime changes: the state file beside the config.
+//!
+//! Every change made over the REST API is recorded in `<config file>.state.json`
+//! (`config.toml` → `config.toml.state.json`) and re-applied at the next start, on top of
+//! the config file, so that it survives a restart. The file holds only what was changed
+//! at runtime; everything else keeps coming from the config, and `GET` reports for each
+//! value which of the two it comes from (`"source": "config"` or `"runtime"`).
+//!
+//! ```json
+//! {
+//!   "version": 1,
+//!   "qos":   { "enable": true, "rpct": 95.0, "rlat": "5ms", ... },   // PUT /v1/device/qos
+//!   "model": { "preset": "ssd", ... },                                // PUT /v1/device/model
+//!   "groups":  { "tenant-a": { "weight": 300 } },                     // PATCH /v1/groups/..
+//!   "volumes": { "vm1-root": { "weight": 50, "group": "tenant-a" } }  // PATCH /v1/volumes/..
+//! }
+//! ```
+//!
+//! `qos` and `model` replace the whole config section. A volume `group` of `"root"` is
+//! the implicit root. The file is written atomically: a temporary file in the same
+//! directory is written and fsynced, then renamed over the old one (and the directory
+//! fsynced), so a crash leaves either the old or the new state, never a torn one. Names
+//! that no longer exist in the config are dropped (with a warning) when the state is
+//! applied at start-up.
+
+use crate::cost_model::ModelConfig;
+use crate::qos::QosConfig;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Current state-file format.
+pub const STATE_VERSION: u32 = 1;
+
+/// Runtime overrides of a group.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupOverride {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
+}
+
+/// Runtime overrides of a volume.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VolumeOverride {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
+    /// Group name; `"root"` = the root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+}
+
+/// Everything changed at runtime.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeState {
+    pub version: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<QosConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelConfig>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub groups: BTreeMap<String, GroupOverride>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub volumes: BTreeMap<String, VolumeOverride>,
+}
+
+impl Default for RuntimeState {
+    fn default() -> Self {
+        RuntimeState {
+            version: STATE_VERSION,
+            qos: None,
+            model: None,
+            groups: BTreeMap::new(),
+            volumes: BTreeMap::new(),
+        }
+    }
+}
+
+/// The state file for a config file: `<config>.state.json` in the same directory.
+pub fn state_path(config: &Path) -> PathBuf {
+    let mut name = config
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_else(|| "vhost-iocost".into());
+    name.push(".state.json");
+    config.with_file_name(name)
+}
+
+impl RuntimeState {
+    /// Read the state file; a missing file is an empty state.
+    pub fn load(path: &Path) -> Result<Self, String> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
+            Err(e) => return Err(format!("state file {}: {e}", path.display())),
+        };
+        let state: RuntimeState = serde_json::from_str(&text)
+            .map_err(|e| format!("state file {}: {e}", path.display()))?;
+        if state.version != STATE_VERSION {
+            return Err(format!(
+                "state file {}: version {} is not supported (expected {STATE_VERSION})",
+                path.display(),
+                state.version
+            ));
+        }
+        Ok(state)
+    }
+
+    /// Write atomically: temporary file in the same directory, fsync, rename, fsync dir.
+    pub fn save(&self, path: &Path) -> std::io::Result<()> {
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
+        tmp_name.push(format!(".tmp.{}", std::process::id()));
+        let tmp = dir.join(tmp_name);
+        let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
+        let result = (|| {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&tmp)?;
+            f.write_all(text.as_bytes())?;
+            f.write_all(b"\n")?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, path)?;
+            std::fs::File::open(dir)?.sync_all()
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        result
+    }
+
+    /// Nothing recorded.
+    pub fn is_empty(&self) -> bool {
+        self.qos.is_none()
+            && self.model.is_none()
+            && self.groups.is_empty()
+            && self.volumes.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_is_beside_the_config() {
+        assert_eq!(
+            state_path(Path::new("/etc/x/disk1.toml")),
+            PathBuf::from("/etc/x/disk1.toml.state.json")
+        );
+        assert_eq!(
+            state_path(Path::new("config.toml")),
+            PathBuf::from("config.toml.state.json")
+        );
+    }
+
+    #[test]
+    fn saves_atomically_and_loads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml.state.json");
+        assert_eq!(RuntimeState::load(&path).unwrap(), RuntimeState::default());
+        let mut s = RuntimeState::default();
+        s.volumes.insert(
+            "vm1".into(),
+            VolumeOverride {
+                weight: Some(300),
+                group: Some("root".into()),
+            },
+        );
+        s.groups
+            .insert("g".into(), GroupOverride { weight: Some(5) });
+        s.qos = Some(QosConfig {
+            min: 50.0,
+            ..QosConfig::default()
+        });
+        s.save(&path).unwrap();
+        assert_eq!(RuntimeState::load(&path).unwrap(), s);
+        // Only the state file is left: the temporary was renamed.
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(names.len(), 1);
+        std::fs::write(&path, "{\"version\": 9}").unwrap();
+        assert!(RuntimeState::load(&path).unwrap_err().contains("version 9"));
+        std::fs::write(&path, "{\"version\": 1, \"bogus\": 1}").unwrap();
+        assert!(RuntimeState::load(&path).unwrap_err().contains("bogus"));
+    }
+}
