@@ -360,6 +360,9 @@ impl<A: Admission> Worker<A> {
 
     /// Lets FIFO requests go in order while QoS admits them and device slots are free.
     fn dispatch(&mut self) -> io::Result<()> {
+        if self.stopping != 0 {
+            self.dispatch_stopping()?;
+        }
         if self.waiting_for_slot {
             return Ok(());
         }
@@ -367,34 +370,51 @@ impl<A: Admission> Worker<A> {
         let admission = &volume.admission;
         let now = admission.now_ns();
         while let Some(head) = self.fifo.front_mut() {
-            let forced = self.stopping & (1 << head.queue) != 0;
             if head.ticket.is_none() {
                 match admission.admit(&head.io) {
                     Decision::Go(t) => {
                         head.ticket = Some(t);
                         head.admitted_ns = now;
                     }
-                    Decision::WaitUntil { ns } if !forced => {
+                    Decision::WaitUntil { ns } => {
                         self.arm_timer(ns, now)?;
                         return Ok(());
                     }
-                    Decision::WaitUntil { .. } => {
-                        admission.abandon_wait();
-                        head.admitted_ns = now;
-                    }
                 }
             }
-            let slots = &self.volume.shared.slots;
-            if !forced && !slots.try_acquire() {
-                if !slots.acquire_or_wait(&self.wake_evt) {
-                    self.waiting_for_slot = true;
-                    return Ok(());
-                }
-            } else if forced {
-                slots.force_acquire();
+            let slots = &volume.shared.slots;
+            if !slots.try_acquire() && !slots.acquire_or_wait(&self.wake_evt) {
+                self.waiting_for_slot = true;
+                return Ok(());
             }
             let pending = self.fifo.pop_front().expect("front exists");
             self.start(pending, now)?;
+        }
+        Ok(())
+    }
+
+    /// Requests of stopping queues go to the device now, wherever they are in the FIFO
+    /// and without waiting for QoS budget or a device slot: GET_VRING_BASE and shutdown
+    /// must not wait behind another queue's throttled requests.
+    fn dispatch_stopping(&mut self) -> io::Result<()> {
+        let volume = self.volume.clone();
+        let now = volume.admission.now_ns();
+        let mut i = 0;
+        while i < self.fifo.len() {
+            if self.stopping & (1 << self.fifo[i].queue) == 0 {
+                i += 1;
+                continue;
+            }
+            let mut p = self.fifo.remove(i).expect("index in range");
+            if i == 0 && p.ticket.is_none() {
+                // It may have been told to wait: QoS must not keep counting it as waiting.
+                volume.admission.abandon_wait();
+            }
+            if p.admitted_ns == 0 {
+                p.admitted_ns = now;
+            }
+            volume.shared.slots.force_acquire();
+            self.start(p, now)?;
         }
         Ok(())
     }
@@ -715,7 +735,6 @@ impl<A: Admission> Worker<A> {
     /// completed and been returned to the guest. Used by GET_VRING_BASE and shutdown.
     pub fn drain(&mut self, mask: u64) -> io::Result<()> {
         self.stopping |= mask;
-        self.waiting_for_slot = false;
         loop {
             self.pump()?;
             let busy = self.fifo.iter().any(|p| mask & (1 << p.queue) != 0)
@@ -724,7 +743,9 @@ impl<A: Admission> Worker<A> {
                     .iter()
                     .flatten()
                     .any(|r| mask & (1 << r.queue) != 0);
-            if !busy {
+            // pump() started every request of the stopping queues, so something is in flight
+            // whenever we are still busy; never block on an idle ring.
+            if !busy || self.in_flight_count == 0 {
                 return Ok(());
             }
             self.engine.wait_for_completion()?;

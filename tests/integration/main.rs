@@ -5,6 +5,8 @@ mod client;
 mod control;
 mod daemon;
 mod data_path;
+mod drain;
+mod guest;
 mod malformed;
 mod qos;
 mod raw_frontend;

@@ -1,0 +1,803 @@
+//! Real Linux guests: QEMU (TCG) boots Debian's cloud kernel with a vhost-user-blk disk on
+//! the daemon and runs fio inside (scripts/guest/). These check what only the real guest
+//! driver exercises: feature negotiation, config space, multi-queue, flushes, reconnects.
+//!
+//! The guests saturate both cores of the CI machine, so they run one test at a time
+//! (`GUEST_LOCK`). Missing prerequisites (QEMU, busybox-static, fio, the kernel download)
+//! fail the tests, with the reason: `cargo test` is the CI gate, and a skip there would turn
+//! a broken install into a green run. On a machine without them, either run
+//! `scripts/guest/prepare.sh` as root once, or set `VHOST_IOCOST_GUEST_TESTS=0`, which skips
+//! these tests with a printed reason.
+
+use crate::daemon::DaemonProcess;
+use serde_json::Value;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+/// One guest test at a time: two TCG guests already use both cores.
+static GUEST_LOCK: Mutex<()> = Mutex::new(());
+
+/// Hard limit for one guest run (run-guest.sh kills QEMU then); a healthy run takes 10–20 s.
+const GUEST_TIMEOUT: Duration = Duration::from_secs(90);
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// target/guest-cache: the kernel and initramfs, shared by every run.
+fn cache_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .unwrap()
+        .join("guest-cache")
+}
+
+/// target/tmp/guest-logs: console and daemon logs, kept after the test.
+fn log_dir() -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("guest-logs");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+struct Image {
+    kernel: String,
+    initrd: String,
+}
+
+/// Runs prepare.sh once per test process. `None`: skipped on purpose (printed).
+fn image() -> Option<&'static Image> {
+    static IMAGE: OnceLock<Result<Image, String>> = OnceLock::new();
+    if std::env::var("VHOST_IOCOST_GUEST_TESTS").is_ok_and(|v| v == "0") {
+        eprintln!("SKIPPED: real-guest test, because VHOST_IOCOST_GUEST_TESTS=0");
+        return None;
+    }
+    let image = IMAGE.get_or_init(|| {
+        let t = Instant::now();
+        let out = Command::new("timeout")
+            .arg("900")
+            .arg(repo().join("scripts/guest/prepare.sh"))
+            .arg(cache_dir())
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run scripts/guest/prepare.sh: {e}"))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let field = |k: &str| {
+            stdout
+                .lines()
+                .find_map(|l| l.strip_prefix(k))
+                .map(str::to_owned)
+        };
+        match (out.status.success(), field("KERNEL="), field("INITRD=")) {
+            (true, Some(kernel), Some(initrd)) => {
+                eprintln!(
+                    "guest image ready in {:.1?}: {kernel}, {initrd}",
+                    t.elapsed()
+                );
+                Ok(Image { kernel, initrd })
+            }
+            _ => Err(format!(
+                "scripts/guest/prepare.sh failed ({}):\n{}{}",
+                out.status,
+                stdout,
+                String::from_utf8_lossy(&out.stderr)
+            )),
+        }
+    });
+    match image {
+        Ok(i) => Some(i),
+        Err(e) => panic!(
+            "real-guest tests need qemu-system-x86, busybox-static, fio and a Debian cloud \
+             kernel download; {e}\nRun scripts/guest/prepare.sh as root (CI does it through \
+             .ci/run), or set VHOST_IOCOST_GUEST_TESTS=0 to skip these tests."
+        ),
+    }
+}
+
+/// Serializes guest tests; a failed (panicked) earlier test does not poison the rest.
+fn lock() -> MutexGuard<'static, ()> {
+    GUEST_LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Per-test context: on panic, saves the daemon logs next to the console logs and says where.
+struct Ctx {
+    name: &'static str,
+    daemon_logs: Vec<Arc<Mutex<Vec<String>>>>,
+}
+
+impl Ctx {
+    fn new(name: &'static str) -> Self {
+        Ctx {
+            name,
+            daemon_logs: Vec::new(),
+        }
+    }
+
+    fn watch(&mut self, d: &DaemonProcess) {
+        self.daemon_logs.push(d.log.clone());
+    }
+
+    fn console_path(&self, guest: &str) -> PathBuf {
+        log_dir().join(format!("{}-{guest}.console.log", self.name))
+    }
+}
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let mut text = String::new();
+        for (i, log) in self.daemon_logs.iter().enumerate() {
+            text += &format!("--- daemon run {}\n", i + 1);
+            text += &log.lock().map(|l| l.join("\n")).unwrap_or_default();
+            text.push('\n');
+        }
+        let path = log_dir().join(format!("{}.daemon.log", self.name));
+        let _ = std::fs::write(&path, &text);
+        let tail: Vec<&str> = text.lines().rev().take(15).collect();
+        eprintln!(
+            "daemon log saved to {}; last lines:\n{}",
+            path.display(),
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
+    }
+}
+
+#[derive(Clone)]
+struct GuestSpec {
+    smp: u32,
+    reconnect: bool,
+    /// Boot, print "HARNESS: ready" and wait for `Guest::go` before running fio.
+    wait: bool,
+    /// fio options without the leading `--`, in order (`name=...` starts a new job).
+    fio: Vec<String>,
+}
+
+impl GuestSpec {
+    fn new(fio: Vec<String>) -> Self {
+        GuestSpec {
+            smp: 1,
+            reconnect: false,
+            wait: false,
+            fio,
+        }
+    }
+}
+
+/// A running run-guest.sh (and so one QEMU), stopped by PID when dropped.
+struct Guest {
+    child: Option<Child>,
+    stdin: Option<ChildStdin>,
+    log: PathBuf,
+}
+
+/// What a guest printed: the parsed fio JSON and the console, for assertions.
+struct GuestRun {
+    status: ExitStatus,
+    console: String,
+    log: PathBuf,
+}
+
+impl Guest {
+    fn start(image: &Image, socket: &str, log: PathBuf, spec: &GuestSpec) -> Guest {
+        let _ = std::fs::remove_file(&log);
+        let mut args: Vec<String> = vec![
+            "--socket".into(),
+            socket.into(),
+            "--log".into(),
+            log.to_string_lossy().into_owned(),
+            "--smp".into(),
+            spec.smp.to_string(),
+            "--timeout".into(),
+            GUEST_TIMEOUT.as_secs().to_string(),
+            "--kernel".into(),
+            image.kernel.clone(),
+            "--initrd".into(),
+            image.initrd.clone(),
+        ];
+        if spec.reconnect {
+            args.push("--reconnect".into());
+        }
+        args.push("--".into());
+        if spec.wait {
+            args.push("harness.wait=1".into());
+        }
+        args.extend(spec.fio.iter().map(|o| format!("fio.{o}")));
+        let mut child = Command::new(repo().join("scripts/guest/run-guest.sh"))
+            .args(&args)
+            .stdin(if spec.wait {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .spawn()
+            .expect("spawn scripts/guest/run-guest.sh");
+        Guest {
+            stdin: child.stdin.take(),
+            child: Some(child),
+            log,
+        }
+    }
+
+    fn console(&self) -> String {
+        console_text(&self.log)
+    }
+
+    /// Waits until the console shows `needle`; false if the guest exits or time runs out.
+    fn wait_for(&mut self, needle: &str, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self.console().contains(needle) {
+                return true;
+            }
+            let exited = self.child.as_mut().unwrap().try_wait().ok().flatten();
+            if exited.is_some() {
+                return self.console().contains(needle);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    /// Releases a guest started with `wait`: a line on its serial console.
+    fn go(&mut self) {
+        let stdin = self.stdin.as_mut().expect("guest started without wait");
+        stdin.write_all(b"go\n").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Waits for the guest to power off (run-guest.sh enforces GUEST_TIMEOUT; this waits a
+    /// little longer, then stops it). Fails early if daemon `d` stops or panics meanwhile:
+    /// the guest would only hang until the timeout.
+    fn finish(mut self, d: &DaemonProcess) -> GuestRun {
+        let mut child = self.child.take().unwrap();
+        let deadline = Instant::now() + GUEST_TIMEOUT + Duration::from_secs(20);
+        let mut daemon_gone: Option<Instant> = None;
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            let gone = d.log.lock().unwrap().iter().find_map(|l| {
+                (l.contains("stopping:") || l.contains("panicked")).then(|| l.clone())
+            });
+            if let Some(line) = gone {
+                // Give the guest a moment in case it was finishing anyway.
+                let since = *daemon_gone.get_or_insert_with(Instant::now);
+                if since.elapsed() > Duration::from_secs(5) {
+                    stop_child(&mut child);
+                    panic!(
+                        "the daemon stopped while the guest ran ({line}); console {}:\n{}",
+                        self.log.display(),
+                        tail(&self.console(), 30)
+                    );
+                }
+            }
+            if Instant::now() > deadline {
+                stop_child(&mut child);
+                panic!(
+                    "run-guest.sh did not exit within its own timeout; console {}:\n{}",
+                    self.log.display(),
+                    tail(&self.console(), 30)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        GuestRun {
+            status,
+            console: self.console(),
+            log: self.log.clone(),
+        }
+    }
+}
+
+impl Drop for Guest {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            stop_child(&mut child);
+        }
+    }
+}
+
+/// SIGTERM (run-guest.sh then stops QEMU by PID), SIGKILL after 10 s.
+fn stop_child(child: &mut Child) {
+    if child.try_wait().ok().flatten().is_some() {
+        return;
+    }
+    // SAFETY: kill(2) on the PID of a child we own and have not reaped.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if child.try_wait().ok().flatten().is_some() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn console_text(path: &Path) -> String {
+    let bytes = std::fs::read(path).unwrap_or_default();
+    String::from_utf8_lossy(&bytes).replace('\r', "")
+}
+
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+impl GuestRun {
+    fn fail(&self, what: &str) -> ! {
+        panic!(
+            "{what}\nguest console kept at {}; last lines:\n{}",
+            self.log.display(),
+            tail(&self.console, 40)
+        )
+    }
+
+    /// The value of `key=` on the first console line starting with `HARNESS: {prefix}`.
+    fn harness_field(&self, prefix: &str, key: &str) -> Option<String> {
+        let line = self
+            .console
+            .lines()
+            .find(|l| l.starts_with(&format!("HARNESS: {prefix}")))?;
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{key}=")))
+            .map(str::to_owned)
+    }
+
+    /// Checks the guest ran fio to the end without any error and returns fio's JSON.
+    fn fio_ok(&self) -> Value {
+        if !self.status.success() {
+            self.fail(&format!("guest run failed: run-guest.sh {}", self.status));
+        }
+        let begin = self.console.find("HARNESS: BEGIN-JSON\n");
+        let end = self.console.find("HARNESS: END-JSON rc=");
+        let (Some(begin), Some(end)) = (begin, end) else {
+            self.fail("no fio JSON on the console")
+        };
+        let rc = self.console[end..]
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("HARNESS: END-JSON rc="))
+            .unwrap_or("?");
+        let mut text = &self.console[begin + "HARNESS: BEGIN-JSON\n".len()..end];
+        // fio puts warnings (e.g. "multiple writers may overwrite blocks") before the JSON.
+        if let Some(start) = text.find("\n{") {
+            if !text.starts_with('{') {
+                eprintln!("fio: {}", &text[..start]);
+                text = &text[start + 1..];
+            }
+        }
+        let json: Value = match serde_json::from_str(text) {
+            Ok(v) => v,
+            Err(e) => self.fail(&format!("fio JSON does not parse ({e}):\n{text}")),
+        };
+        // fio prints verify mismatches and I/O errors on stderr, which is the console.
+        let bad = [
+            "verify failed",
+            "bad magic",
+            "bad header",
+            "fio: io_u error",
+            "I/O error",
+            "Buffer I/O error",
+            "blk_update_request",
+            "hung_task",
+            "blocked for more than",
+        ];
+        if let Some(l) = self
+            .console
+            .lines()
+            .find(|l| bad.iter().any(|b| l.contains(b)))
+        {
+            self.fail(&format!("guest reported an error: {l}"));
+        }
+        let jobs = json["jobs"].as_array().cloned().unwrap_or_default();
+        if jobs.is_empty() {
+            self.fail("fio JSON has no jobs");
+        }
+        for j in &jobs {
+            if j["error"].as_i64() != Some(0) {
+                self.fail(&format!(
+                    "fio job {} failed: error {}",
+                    j["jobname"], j["error"]
+                ));
+            }
+        }
+        if rc != "0" {
+            self.fail(&format!("fio exited with {rc}"));
+        }
+        json
+    }
+}
+
+/// Sum of `dir.key` (e.g. `write.total_ios`) over the jobs of a fio result.
+fn sum(json: &Value, dir: &str, key: &str) -> f64 {
+    json["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j[dir][key].as_f64().unwrap_or(0.0))
+        .sum()
+}
+
+/// The job named `name`.
+fn job<'a>(json: &'a Value, name: &str) -> &'a Value {
+    json["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["jobname"] == name)
+        .unwrap_or_else(|| panic!("no fio job {name} in {json}"))
+}
+
+/// A daemon config: one 512 MiB sparse file, 2-queue volumes of `size_mib` MiB each.
+fn guest_config(device_extra: &str, volumes: &[(&str, u64, &str)]) -> String {
+    let mut c =
+        format!("[device]\npath = \"disk.img\"\ncreate_size = \"512MiB\"\n{device_extra}\n");
+    let mut offset = 0;
+    for (name, size_mib, extra) in volumes {
+        c += &format!(
+            "[[volume]]\nname = \"{name}\"\nsocket = \"{name}.sock\"\noffset = \"{offset}MiB\"\n\
+             size = \"{size_mib}MiB\"\nnum_queues = 2\n{extra}\n"
+        );
+        offset += size_mib;
+    }
+    c
+}
+
+/// fio options every job uses: the guest's disk, direct async I/O.
+const DISK: &[&str] = &["filename=/dev/vda", "ioengine=libaio", "direct=1"];
+
+/// fio options for jobs run one after the other (`stonewall`), each on the guest's disk.
+fn fio(jobs: &[&[&str]]) -> Vec<String> {
+    let mut v = Vec::new();
+    for (i, j) in jobs.iter().enumerate() {
+        v.push(j[0].to_string());
+        if i > 0 {
+            v.push("stonewall".into());
+        }
+        v.extend(DISK.iter().chain(&j[1..]).map(|s| s.to_string()));
+    }
+    v
+}
+
+/// Boots one guest on volume `vol` of `d`, waits for it and checks fio succeeded.
+fn run_one(
+    ctx: &Ctx,
+    image: &Image,
+    d: &DaemonProcess,
+    vol: &str,
+    spec: &GuestSpec,
+) -> (GuestRun, Value) {
+    let t = Instant::now();
+    let g = Guest::start(image, &d.socket(vol), ctx.console_path(vol), spec);
+    let run = g.finish(d);
+    let json = run.fio_ok();
+    eprintln!("{}: guest on {vol} ran in {:.1?}", ctx.name, t.elapsed());
+    (run, json)
+}
+
+/// (a) Random reads and writes of mixed sizes, every written block read back and checked
+/// (crc32c), plus what the guest sees of the device: capacity, block size, write cache,
+/// discard, serial.
+#[test]
+fn guest_random_read_write_verify() {
+    let Some(image) = image() else { return };
+    let _l = lock();
+    let mut ctx = Ctx::new("randrw-verify");
+    let d = DaemonProcess::start(&guest_config("", &[("vm", 256, "serial = \"guest-a\"")]));
+    ctx.watch(&d);
+    let spec = GuestSpec::new(fio(&[
+        &[
+            "name=randwrite-verify",
+            "rw=randwrite",
+            "bs=4k",
+            "iodepth=16",
+            "size=32M",
+            "verify=crc32c",
+            "do_verify=1",
+            "verify_fatal=1",
+        ],
+        &[
+            "name=randrw-verify",
+            "rw=randrw",
+            "bsrange=4k-128k",
+            "iodepth=16",
+            "offset=64M",
+            "size=64M",
+            "verify=crc32c",
+            "do_verify=1",
+            "verify_backlog=64",
+            "verify_fatal=1",
+        ],
+    ]));
+    let (run, json) = run_one(&ctx, image, &d, "vm", &spec);
+    let field = |k| run.harness_field("vda", k).unwrap_or_default();
+    assert_eq!(
+        field("sectors"),
+        (256u64 << 20 >> 9).to_string(),
+        "capacity"
+    );
+    assert_eq!(field("logical-block"), "512", "block size");
+    assert_eq!(field("write-cache"), "write-back", "VIRTIO_BLK_F_FLUSH");
+    assert_ne!(field("discard-max"), "0", "VIRTIO_BLK_F_DISCARD");
+    assert_eq!(field("ro"), "0");
+    assert_eq!(field("serial"), "guest-a", "GET_ID");
+    for name in ["randwrite-verify", "randrw-verify"] {
+        let j = job(&json, name);
+        let (w, r) = (
+            j["write"]["total_ios"].as_f64().unwrap(),
+            j["read"]["total_ios"].as_f64().unwrap(),
+        );
+        eprintln!(
+            "{name}: {w} writes ({:.0} IOPS), {r} reads ({:.0} IOPS)",
+            j["write"]["iops"].as_f64().unwrap(),
+            j["read"]["iops"].as_f64().unwrap()
+        );
+        // do_verify reads back every written block after the write phase.
+        assert!(w > 500.0 && r >= w, "{name}: {w} writes, {r} reads");
+    }
+}
+
+/// (b) Two vCPUs and two fio jobs pinned one per CPU: the guest driver uses both
+/// virtqueues (hardware queues), each job writes and verifies its own region.
+#[test]
+fn guest_multi_queue() {
+    let Some(image) = image() else { return };
+    let _l = lock();
+    let mut ctx = Ctx::new("multi-queue");
+    let d = DaemonProcess::start(&guest_config("", &[("vm", 256, "")]));
+    ctx.watch(&d);
+    let mut spec = GuestSpec::new(fio(&[&[
+        "name=mq",
+        "rw=randrw",
+        "bs=4k",
+        "iodepth=16",
+        "numjobs=2",
+        "cpus_allowed=0-1",
+        "cpus_allowed_policy=split",
+        "size=32M",
+        "offset_increment=64M",
+        "verify=crc32c",
+        "do_verify=1",
+        "verify_fatal=1",
+    ]]));
+    spec.smp = 2;
+    let (run, json) = run_one(&ctx, image, &d, "vm", &spec);
+    assert_eq!(
+        run.harness_field("vda", "hw-queues").as_deref(),
+        Some("2"),
+        "guest should see 2 hardware queues"
+    );
+    let irqs = |q: &str| -> u64 {
+        run.harness_field("queue-irqs", q)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let (q0, q1) = (irqs("req.0"), irqs("req.1"));
+    eprintln!(
+        "multi-queue: {} writes, {} reads; completion interrupts req.0={q0} req.1={q1}",
+        sum(&json, "write", "total_ios"),
+        sum(&json, "read", "total_ios")
+    );
+    if q0 < 100 || q1 < 100 {
+        run.fail(&format!(
+            "both virtqueues should carry I/O: interrupts req.0={q0} req.1={q1}"
+        ));
+    }
+    assert_eq!(json["jobs"].as_array().unwrap().len(), 2);
+}
+
+/// (c) Flush-heavy: synchronous writes with an fsync after each one (each becomes a
+/// VIRTIO_BLK_T_FLUSH, the guest sees a write-back cache), next to async writes with an
+/// fsync every 4; everything verified.
+#[test]
+fn guest_flush_heavy() {
+    let Some(image) = image() else { return };
+    let _l = lock();
+    let mut ctx = Ctx::new("flush");
+    let d = DaemonProcess::start(&guest_config("", &[("vm", 256, "")]));
+    ctx.watch(&d);
+    // Two jobs at once (no stonewall between them): the fio() helper adds stonewall, so
+    // list the options by hand.
+    let mut opts: Vec<&str> = vec!["name=fsync-each", "filename=/dev/vda", "direct=1"];
+    opts.extend([
+        "ioengine=psync",
+        "rw=randwrite",
+        "bs=4k",
+        "size=4M",
+        "fsync=1",
+        "verify=crc32c",
+        "do_verify=1",
+        "verify_fatal=1",
+    ]);
+    opts.extend(["name=fsync-every-4", "filename=/dev/vda", "direct=1"]);
+    opts.extend([
+        "ioengine=libaio",
+        "iodepth=8",
+        "rw=randwrite",
+        "bs=16k",
+        "offset=64M",
+        "size=16M",
+        "fsync=4",
+        "verify=crc32c",
+        "do_verify=1",
+        "verify_fatal=1",
+    ]);
+    let (run, json) = run_one(
+        &ctx,
+        image,
+        &d,
+        "vm",
+        &GuestSpec::new(opts.iter().map(|s| s.to_string()).collect()),
+    );
+    assert_eq!(
+        run.harness_field("vda", "write-cache").as_deref(),
+        Some("write-back"),
+        "without a write-back cache the guest sends no flushes"
+    );
+    for (name, per) in [("fsync-each", 1.0), ("fsync-every-4", 4.0)] {
+        let j = job(&json, name);
+        let writes = j["write"]["total_ios"].as_f64().unwrap();
+        let syncs = j["sync"]["total_ios"].as_f64().unwrap_or(0.0);
+        eprintln!(
+            "{name}: {writes} writes, {syncs} syncs, sync p99 {:.0} us",
+            j["sync"]["lat_ns"]["percentile"]["99.000000"]
+                .as_f64()
+                .unwrap_or(0.0)
+                / 1000.0
+        );
+        // fio does not count the sync after the last write of the job.
+        if writes < 500.0 || syncs < (writes / per).floor() - 1.0 {
+            run.fail(&format!("{name}: {writes} writes but only {syncs} syncs"));
+        }
+    }
+}
+
+/// The QoS model of the two-guest test: 1500 random 4 KiB reads per second, vrate pinned at
+/// 100 %. TCG guests reach ~4–5k IOPS each, so the modelled device is the bottleneck.
+const SLOW_MODEL: &str = r#"
+[device.model]
+rbps = 100000000
+rseqiops = 1500
+rrandiops = 1500
+wbps = 100000000
+wseqiops = 1500
+wrandiops = 1500
+[device.qos]
+min = 100.0
+max = 100.0
+"#;
+
+/// (d) Two guests at once on volumes with weights 100 and 300: their IOPS split 1:3.
+/// Both boot, then start fio at the same moment (released over the serial console).
+#[test]
+fn guest_two_guests_weighted_split() {
+    let Some(image) = image() else { return };
+    let _l = lock();
+    let mut ctx = Ctx::new("two-guests");
+    let d = DaemonProcess::start(&guest_config(
+        SLOW_MODEL,
+        &[
+            ("light", 128, "weight = 100"),
+            ("heavy", 128, "weight = 300"),
+        ],
+    ));
+    ctx.watch(&d);
+    let mut spec = GuestSpec::new(fio(&[&[
+        "name=randread",
+        "rw=randread",
+        "bs=4k",
+        "iodepth=64",
+        "time_based",
+        "ramp_time=2",
+        "runtime=8",
+    ]]));
+    spec.wait = true;
+    let t = Instant::now();
+    let mut light = Guest::start(image, &d.socket("light"), ctx.console_path("light"), &spec);
+    let mut heavy = Guest::start(image, &d.socket("heavy"), ctx.console_path("heavy"), &spec);
+    for (name, g) in [("light", &mut light), ("heavy", &mut heavy)] {
+        if !g.wait_for("HARNESS: ready", Duration::from_secs(60)) {
+            panic!(
+                "guest {name} did not boot to fio; console {}:\n{}",
+                g.log.display(),
+                tail(&g.console(), 30)
+            );
+        }
+    }
+    light.go();
+    heavy.go();
+    let (light, heavy) = (light.finish(&d), heavy.finish(&d));
+    let (lj, hj) = (light.fio_ok(), heavy.fio_ok());
+    let (li, hi) = (sum(&lj, "read", "iops"), sum(&hj, "read", "iops"));
+    let ratio = hi / li;
+    eprintln!(
+        "two guests in {:.1?}: light {li:.0} IOPS, heavy {hi:.0} IOPS, ratio {ratio:.2}, total {:.0}",
+        t.elapsed(),
+        li + hi
+    );
+    assert!(
+        (3.0 * 0.8..=3.0 * 1.2).contains(&ratio),
+        "heavy/light = {ratio:.2} (light {li:.0}, heavy {hi:.0} IOPS); consoles {} {}",
+        light.log.display(),
+        heavy.log.display()
+    );
+    // The model's capacity is what they share: not more (QoS throttles), and most of it
+    // (otherwise the guests, not the device, were the bottleneck and the split means little).
+    let total = li + hi;
+    assert!(
+        (1500.0 * 0.7..=1500.0 * 1.15).contains(&total),
+        "total {total:.0} IOPS, the model allows 1500"
+    );
+}
+
+/// (e) The daemon restarts (SIGTERM, which drains in-flight requests, then a new process on
+/// the same sockets and disk) twice while the guest writes and verifies; QEMU reconnects
+/// (`reconnect=1`) and fio finishes without an error or a mismatch.
+#[test]
+fn guest_survives_daemon_restart() {
+    let Some(image) = image() else { return };
+    let _l = lock();
+    let mut ctx = Ctx::new("reconnect");
+    let config = guest_config("", &[("vm", 256, "")]);
+    let mut d = DaemonProcess::start(&config);
+    ctx.watch(&d);
+    let mut spec = GuestSpec::new(fio(&[&[
+        "name=verify-across-restart",
+        "rw=randwrite",
+        "bs=4k",
+        "iodepth=16",
+        "size=96M",
+        "verify=crc32c",
+        "do_verify=1",
+        "verify_fatal=1",
+    ]]));
+    spec.reconnect = true;
+    let t = Instant::now();
+    let mut g = Guest::start(image, &d.socket("vm"), ctx.console_path("vm"), &spec);
+    assert!(
+        g.wait_for("HARNESS: fio start", Duration::from_secs(60)),
+        "guest did not start fio; console {}:\n{}",
+        g.log.display(),
+        tail(&g.console(), 30)
+    );
+    for (i, after) in [2u64, 3].into_iter().enumerate() {
+        std::thread::sleep(Duration::from_secs(after));
+        if g.console().contains("HARNESS: fio exited") {
+            panic!(
+                "fio finished before restart {}: make the job longer; console {}",
+                i + 1,
+                g.log.display()
+            );
+        }
+        let (status, dir) = d.stop();
+        assert!(status.success(), "daemon exit status {status} on SIGTERM");
+        d = DaemonProcess::start_in(dir, &config);
+        ctx.watch(&d);
+        eprintln!("reconnect: daemon restarted at {:.1?}", t.elapsed());
+    }
+    let run = g.finish(&d);
+    let json = run.fio_ok();
+    // QEMU really reconnected to the last daemon (it logs each lost connection too).
+    let reconnected = d.log_text().contains("frontend connected");
+    let lost = run.console.matches("ring restore failed").count();
+    eprintln!("reconnect: QEMU lost the backend {lost} times; reconnected: {reconnected}");
+    if !reconnected {
+        run.fail("QEMU never connected to the restarted daemon");
+    }
+    let j = &json["jobs"][0];
+    let (w, r) = (
+        j["write"]["total_ios"].as_f64().unwrap(),
+        j["read"]["total_ios"].as_f64().unwrap(),
+    );
+    eprintln!(
+        "reconnect: {w} writes, {r} verified reads, {:.1?}",
+        t.elapsed()
+    );
+    assert!(w >= 24576.0 && r >= w, "{w} writes, {r} reads");
+}
