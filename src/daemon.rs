@@ -165,10 +165,17 @@ pub fn block_termination_signals() -> libc::sigset_t {
     }
 }
 
-/// Waits for one of the blocked signals and returns its number.
-pub fn wait_for_signal(set: &libc::sigset_t) -> i32 {
-    let mut sig: libc::c_int = 0;
-    // SAFETY: set is an initialised sigset and sig a valid out-pointer.
-    while unsafe { libc::sigwait(set, &mut sig) } != 0 {}
-    sig
+/// Waits for one of the blocked signals; returns its number and the PID that sent it (so
+/// the log says who stopped the daemon).
+pub fn wait_for_signal(set: &libc::sigset_t) -> (i32, i32) {
+    loop {
+        // SAFETY: siginfo_t is plain data; zeroed is a valid initial value.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: set is an initialised sigset and info a valid out-pointer.
+        let sig = unsafe { libc::sigwaitinfo(set, &mut info) };
+        if sig > 0 {
+            // SAFETY: for signals sent by kill(2) the kernel fills si_pid.
+            return (sig, unsafe { info.si_pid() });
+        }
+    }
 }

@@ -149,8 +149,12 @@ fn run(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
         qos = daemon.qos.enabled(),
         "vhost-iocost running"
     );
-    let sig = daemon::wait_for_signal(&signals);
-    tracing::info!(signal = sig, "stopping: completing in-flight I/O");
+    let (sig, sender) = daemon::wait_for_signal(&signals);
+    tracing::info!(
+        signal = sig,
+        sender_pid = sender,
+        "stopping: completing in-flight I/O"
+    );
     daemon.stop();
     if let Some(c) = control {
         c.stop();
