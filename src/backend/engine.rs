@@ -93,7 +93,7 @@ impl Engine {
     /// Queues `op`. The memory `op` points to must stay valid until its completion is reaped.
     pub fn push(&mut self, op: DeviceOp, user_data: u64) -> io::Result<()> {
         let entry = self.build(op, user_data);
-        loop {
+        for _ in 0..64 {
             // SAFETY: the caller keeps the iovecs and the buffers they describe alive until
             // the completion for `user_data` is reaped (the in-flight table owns them).
             if unsafe { self.ring.submission().push(&entry) }.is_ok() {
@@ -103,10 +103,16 @@ impl Engine {
             // Submission queue full: hand what we have to the kernel and retry.
             self.submit()?;
         }
+        Err(io::Error::new(
+            io::ErrorKind::WouldBlock,
+            "io_uring submission queue stays full",
+        ))
     }
 
     pub fn submit(&mut self) -> io::Result<()> {
-        if self.unsubmitted == 0 {
+        // Nothing new to submit is no reason to enter the kernel, unless completions
+        // overflowed the completion queue: the kernel only moves those back when entered.
+        if self.unsubmitted == 0 && !self.ring.submission().cq_overflow() {
             return Ok(());
         }
         loop {

@@ -39,6 +39,11 @@ impl ChainLayout {
     /// Adds the next descriptor of the chain. Returns an error when a readable descriptor
     /// follows a writable one (the virtio spec orders readable first).
     pub fn push(&mut self, addr: u64, len: u32, write_only: bool) -> Result<(), RequestError> {
+        // A buffer that wraps around the address space is not guest RAM; refusing it here
+        // keeps every later offset computation overflow-free.
+        if addr.checked_add(u64::from(len)).is_none() {
+            return Err(RequestError::BufferWraps(addr));
+        }
         if write_only {
             self.writable.push(Segment { addr, len });
         } else if !self.writable.is_empty() {
@@ -95,6 +100,8 @@ pub enum RequestError {
     ReadableAfterWritable,
     #[error("descriptor chain is truncated or loops")]
     BrokenChain,
+    #[error("a buffer at {0:#x} wraps around the address space")]
+    BufferWraps(u64),
     #[error("no writable byte for the status")]
     NoStatus,
     #[error("header shorter than 16 bytes")]
@@ -135,9 +142,11 @@ impl RequestError {
     /// The virtio status byte for this error, or `None` when there is nowhere to put it.
     pub fn status(&self) -> Option<u8> {
         match self {
+            // The chain is malformed: no byte of it can be trusted to be the status.
             RequestError::NoStatus
             | RequestError::ReadableAfterWritable
-            | RequestError::BrokenChain => None,
+            | RequestError::BrokenChain
+            | RequestError::BufferWraps(_) => None,
             RequestError::Unsupported(_) | RequestError::UnsupportedFlags(_) => {
                 Some(VIRTIO_BLK_S_UNSUPP as u8)
             }
@@ -204,6 +213,7 @@ pub fn locate_status(layout: &ChainLayout) -> Result<(u64, u64), RequestError> {
         .rev()
         .find(|s| s.len > 0)
         .ok_or(RequestError::NoStatus)?;
+    // push() refused buffers that wrap around the address space.
     Ok((
         last.addr + u64::from(last.len) - 1,
         total(&layout.writable) - 1,

@@ -73,8 +73,8 @@ impl<A: Admission> VolumeBackend<A> {
 
     /// Completes every request of this connection and stops taking new ones.
     pub fn drain_all(&self) -> io::Result<()> {
-        let mask = (1u64 << self.volume.num_queues) - 1;
-        self.worker().drain(mask)
+        let mask = self.all_queues_mask();
+        self.worker().drain_for_shutdown(mask)
     }
 
     fn all_queues_mask(&self) -> u64 {
@@ -158,7 +158,7 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
         }
         let mut worker = self.worker();
         let t = self.tokens;
-        match device_event {
+        let result = match device_event {
             q if (q as usize) < vrings.len() => {
                 let memory = || {
                     let atomic = self.mem.read().unwrap_or_else(|e| e.into_inner());
@@ -173,6 +173,12 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
                 tracing::warn!(volume = %self.volume.name, event = other, "unknown event");
                 Ok(())
             }
+        };
+        // An error returned here would end the worker thread and silently stop the volume;
+        // log it and keep serving (the next event retries).
+        if let Err(e) = result {
+            worker.report_error(device_event, &e);
         }
+        Ok(())
     }
 }

@@ -30,6 +30,9 @@ pub type Vring = VringRwLock<vm_memory::GuestMemoryAtomic<Mem>>;
 
 /// Linux caps one readv/writev at this many iovecs; larger requests are bounced.
 const IOV_MAX: usize = 1024;
+/// The largest request copied through a bounce buffer (Linux guests send at most a few
+/// MiB per request; larger unaligned requests fail with IOERR).
+const MAX_BOUNCE_BYTES: usize = 8 << 20;
 
 /// A validated request waiting in the volume FIFO for admission or a device slot.
 struct Pending<T> {
@@ -85,6 +88,15 @@ pub struct Worker<A: Admission> {
     touched: u64,
     /// Queues being stopped: no more pops, parked requests go without waiting.
     stopping: u64,
+    /// Set by a shutdown drain: a later GET_VRING_BASE must not re-enable popping.
+    shutting_down: bool,
+    /// Queues whose guest broke the ring protocol (an avail index that cannot be right,
+    /// or more chains outstanding than the ring holds): not served until restarted.
+    broken: u64,
+    /// Chains popped from each queue and not yet returned to the used ring. A driver can
+    /// never have more than the ring size outstanding; this bounds what a guest can make
+    /// the worker hold.
+    outstanding: Vec<u32>,
     warn: RateLimiter,
     /// Scratch space reused per request or batch, so the hot path does not allocate:
     /// reaped completions, the descriptor layout of the chain being parsed, and iovec
@@ -124,8 +136,11 @@ impl<A: Admission> Worker<A> {
             vrings: Vec::new(),
             touched: 0,
             stopping: 0,
+            shutting_down: false,
+            broken: 0,
+            outstanding: vec![0; usize::from(volume.num_queues)],
             warn: RateLimiter::new(Duration::from_secs(1)),
-            reaped: Vec::with_capacity(depth as usize),
+            reaped: Vec::with_capacity(depth.min(4096) as usize),
             layout: ChainLayout::default(),
             iovec_pool: IovecPool::default(),
             volume,
@@ -152,17 +167,47 @@ impl<A: Admission> Worker<A> {
         memory: &dyn Fn() -> Arc<Mem>,
     ) -> io::Result<()> {
         self.remember_vrings(vrings);
-        if self.stopping & (1 << queue) == 0 {
-            let vring = &vrings[queue as usize];
+        let bit = 1u64 << queue;
+        let vring = &vrings[queue as usize];
+        let ready = {
+            let state = vring.get_ref();
+            state.is_enabled() && state.get_queue().ready()
+        };
+        // A stale event for a stopped or disabled ring must not touch it.
+        if ready && (self.stopping | self.broken) & bit == 0 {
             loop {
                 vring.disable_notification().map_err(io::Error::other)?;
-                self.pop_all(vring, queue, &memory())?;
-                if !vring.enable_notification().map_err(io::Error::other)? {
+                let popped = self.pop_all(vring, queue, &memory())?;
+                if self.broken & bit != 0
+                    || !vring.enable_notification().map_err(io::Error::other)?
+                {
+                    break;
+                }
+                if popped == 0 {
+                    // "More available" yet nothing can be popped: the avail index is invalid
+                    // (virtio-queue refuses it). Looping would spin forever.
+                    self.mark_broken(queue, "avail index out of range");
                     break;
                 }
             }
         }
         self.pump()
+    }
+
+    /// Logs (rate-limited) an error met while handling an event.
+    pub fn report_error(&mut self, event: u16, e: &io::Error) {
+        if let Some(suppressed) = self.warn.check() {
+            tracing::error!(volume = %self.volume.name, event, suppressed, "event handling failed: {e}");
+        }
+    }
+
+    /// Stops serving a queue whose guest broke the ring protocol, like QEMU's
+    /// virtio_error(): the queue is served again once the frontend restarts it.
+    fn mark_broken(&mut self, queue: u16, why: &str) {
+        self.broken |= 1 << queue;
+        if let Some(suppressed) = self.warn.check() {
+            tracing::warn!(volume = %self.volume.name, queue, suppressed, "queue stopped: guest broke the ring protocol: {why}");
+        }
     }
 
     /// The completion eventfd fired.
@@ -202,15 +247,29 @@ impl<A: Admission> Worker<A> {
         Ok(())
     }
 
-    fn pop_all(&mut self, vring: &Vring, queue: u16, mem: &Arc<Mem>) -> io::Result<()> {
+    /// Pops and handles every available chain of `queue`; returns how many it popped.
+    fn pop_all(&mut self, vring: &Vring, queue: u16, mem: &Arc<Mem>) -> io::Result<usize> {
+        let mut popped = 0;
         loop {
-            let chain = vring
-                .get_mut()
-                .get_queue_mut()
-                .pop_descriptor_chain(mem.clone());
-            let Some(chain) = chain else {
-                return Ok(());
+            let chain = {
+                let mut state = vring.get_mut();
+                let q = state.get_queue_mut();
+                if self.outstanding[queue as usize] >= u32::from(q.size()) {
+                    // More chains than the ring holds: descriptors are being reused while
+                    // still ours. Stop rather than queue without bound.
+                    drop(state);
+                    if Self::has_more(vring, mem) {
+                        self.mark_broken(queue, "more chains outstanding than the ring size");
+                    }
+                    return Ok(popped);
+                }
+                q.pop_descriptor_chain(mem.clone())
             };
+            let Some(chain) = chain else {
+                return Ok(popped);
+            };
+            popped += 1;
+            self.outstanding[queue as usize] += 1;
             let head = chain.head_index();
             let mut layout = std::mem::take(&mut self.layout);
             layout.readable.clear();
@@ -238,6 +297,15 @@ impl<A: Admission> Worker<A> {
             }
             self.layout = layout;
         }
+    }
+
+    /// Whether the guest published chains we have not popped.
+    fn has_more(vring: &Vring, mem: &Mem) -> bool {
+        let state = vring.get_ref();
+        let q = state.get_queue();
+        q.avail_idx(mem, std::sync::atomic::Ordering::Acquire)
+            .map(|idx| idx.0 != q.next_avail())
+            .unwrap_or(false)
     }
 
     /// Answers GET_ID at once; queues everything else in the volume FIFO.
@@ -323,9 +391,14 @@ impl<A: Admission> Worker<A> {
     }
 
     fn return_chain(&mut self, queue: u16, head: u16, used_len: u32) {
+        if let Some(n) = self.outstanding.get_mut(queue as usize) {
+            *n = n.saturating_sub(1);
+        }
         if let Some(vring) = self.vrings.get(queue as usize) {
             if let Err(e) = vring.add_used(head, used_len) {
-                tracing::warn!(volume = %self.volume.name, queue, "add_used failed: {e}");
+                if let Some(suppressed) = self.warn.check() {
+                    tracing::warn!(volume = %self.volume.name, queue, suppressed, "add_used failed: {e}");
+                }
             }
             self.touched |= 1 << queue;
         }
@@ -466,11 +539,8 @@ impl<A: Admission> Worker<A> {
                     );
                     return Ok(());
                 }
-                if let Err(addr) = self.map_iovecs(&mut record, &p.request.data, is_read) {
-                    self.fail_unstarted(
-                        record,
-                        &format!("guest buffer {addr:#x} is not guest RAM"),
-                    );
+                if let Err(why) = self.map_iovecs(&mut record, &p.request.data, is_read) {
+                    self.fail_unstarted(record, &why);
                     return Ok(());
                 }
                 if is_read {
@@ -513,26 +583,39 @@ impl<A: Admission> Worker<A> {
         } else {
             op
         };
+        self.submit_op(record, op);
+        Ok(())
+    }
+
+    /// Hands `op` to the kernel on behalf of `record`; if the ring refuses it, the request
+    /// fails with IOERR instead of waiting for a completion that will never come.
+    fn submit_op(&mut self, record: InFlight<A::Ticket>, op: DeviceOp) {
         let slot = self.insert(record);
-        self.engine.push(op, slot as u64)
+        if let Err(e) = self.engine.push(op, slot as u64) {
+            let record = self.inflight[slot].take().expect("just inserted");
+            self.free_slots.push(slot);
+            self.in_flight_count -= 1;
+            self.fail_unstarted(record, &format!("io_uring refused the request: {e}"));
+        }
     }
 
     /// Fills `record.iovecs` with host pointers for `data`, through a bounce buffer when the
-    /// guest buffers break O_DIRECT alignment. Returns the bad guest address on failure.
+    /// guest buffers break O_DIRECT alignment, or says why it cannot.
     fn map_iovecs(
         &self,
         record: &mut InFlight<A::Ticket>,
         data: &[Segment],
         is_read: bool,
-    ) -> Result<(), u64> {
+    ) -> Result<(), String> {
         let disk = &self.volume.shared.disk;
+        let not_ram = |addr: u64| format!("guest buffer {addr:#x} is not guest RAM");
         let mut aligned = true;
         for seg in data {
             for slice in record
                 .mem
                 .get_slices(GuestAddress(seg.addr), seg.len as usize)
             {
-                let slice = slice.map_err(|_| seg.addr)?;
+                let slice = slice.map_err(|_| not_ram(seg.addr))?;
                 let base = slice.ptr_guard_mut().as_ptr();
                 aligned &= (base as u64) % disk.mem_align == 0
                     && (slice.len() as u64) % disk.mem_align == 0;
@@ -544,6 +627,12 @@ impl<A: Admission> Worker<A> {
         }
         if (disk.direct && !aligned) || record.iovecs.len() > IOV_MAX {
             let total: usize = data.iter().map(|s| s.len as usize).sum();
+            if total > MAX_BOUNCE_BYTES {
+                // The guest chooses the size: never allocate gigabytes on its behalf.
+                return Err(format!(
+                    "{total} bytes in unaligned guest buffers (at most {MAX_BOUNCE_BYTES} are copied through a bounce buffer)"
+                ));
+            }
             let mut buffer =
                 BounceBuffer::zeroed(total, disk.mem_align.max(disk.block_size) as usize);
             if is_read {
@@ -555,7 +644,7 @@ impl<A: Admission> Worker<A> {
                     record
                         .mem
                         .read_slice(dst, GuestAddress(seg.addr))
-                        .map_err(|_| seg.addr)?;
+                        .map_err(|_| not_ram(seg.addr))?;
                     at += seg.len as usize;
                 }
             }
@@ -611,7 +700,7 @@ impl<A: Admission> Worker<A> {
             };
             self.free_slots.push(index);
             self.in_flight_count -= 1;
-            if let Some(record) = self.retry_write_zeroes(record, result, index)? {
+            if let Some(record) = self.retry_write_zeroes(record, result) {
                 self.complete_one(record, result, true, now);
             }
         }
@@ -625,14 +714,13 @@ impl<A: Admission> Worker<A> {
         &mut self,
         mut record: InFlight<A::Ticket>,
         result: i32,
-        index: usize,
-    ) -> io::Result<Option<InFlight<A::Ticket>>> {
+    ) -> Option<InFlight<A::Ticket>> {
         let unsupported = result == -libc::EOPNOTSUPP || result == -libc::EINVAL;
         if !(unsupported
             && matches!(record.kind, RequestKind::WriteZeroes { .. })
             && record.bounce.is_none())
         {
-            return Ok(Some(record));
+            return Some(record);
         }
         let disk = &self.volume.shared.disk;
         let buffer = BounceBuffer::zeroed(
@@ -649,10 +737,8 @@ impl<A: Admission> Worker<A> {
             count: 1,
             offset: self.volume.host_offset + record.io.offset,
         };
-        let slot = self.insert(record);
-        debug_assert_eq!(slot, index);
-        self.engine.push(op, slot as u64)?;
-        Ok(None)
+        self.submit_op(record, op);
+        None
     }
 
     /// Finishes one request: copies bounced reads back, writes the status, returns the
@@ -752,9 +838,19 @@ impl<A: Admission> Worker<A> {
         }
     }
 
-    /// Re-enables queues after a drain (a frontend may restart a stopped ring).
+    /// Re-enables queues after a drain (a frontend may restart a stopped ring), and gives
+    /// a broken ring a fresh start. Not during shutdown.
     pub fn resume(&mut self, mask: u64) {
-        self.stopping &= !mask;
+        if !self.shutting_down {
+            self.stopping &= !mask;
+            self.broken &= !mask;
+        }
+    }
+
+    /// The daemon is stopping: drain every queue for good.
+    pub fn drain_for_shutdown(&mut self, mask: u64) -> io::Result<()> {
+        self.shutting_down = true;
+        self.drain(mask)
     }
 
     pub fn in_flight(&self) -> usize {
@@ -769,8 +865,12 @@ impl<A: Admission> Drop for Worker<A> {
     fn drop(&mut self) {
         let admission = &self.volume.admission;
         while self.in_flight_count > 0 {
-            if self.engine.wait_for_completion().is_err() {
-                break;
+            if let Err(e) = self.engine.wait_for_completion() {
+                // We cannot learn when the kernel is done: leak the buffers rather than free
+                // memory it may still write to.
+                tracing::error!(volume = %self.volume.name, in_flight = self.in_flight_count, "cannot wait for in-flight I/O ({e}); leaking its buffers");
+                std::mem::forget(std::mem::take(&mut self.inflight));
+                return;
             }
             let mut done = Vec::new();
             self.engine.reap_into(&mut done);

@@ -70,6 +70,21 @@ impl DaemonProcess {
             .into_owned()
     }
 
+    /// Waits (up to 10 s) until the daemon has logged a line containing `needle`; the log
+    /// is read by another thread, so a line just written may not be there yet.
+    pub fn wait_for_log(&self, needle: &str) -> bool {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if self.log.lock().unwrap().iter().any(|l| l.contains(needle)) {
+                return true;
+            }
+            if std::time::Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     pub fn log_text(&self) -> String {
         self.log.lock().unwrap().join("\n")
     }

@@ -278,6 +278,7 @@ fn daemon_keeps_serving_after_errors() {
         0
     );
     assert!(c.buf()[4096..8192].iter().all(|&x| x == 9));
+    assert!(d.wait_for_log("refused request"), "the refusal is logged");
     let log = d.log_text();
     let refusals = log.matches("refused request").count() + log.matches("request failed").count();
     assert!(

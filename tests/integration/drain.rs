@@ -28,6 +28,7 @@ fn get_vring_base_does_not_wait_behind_another_queues_throttled_requests() {
     ));
     let opts = Options {
         num_queues: 2,
+        event_idx: true,
         ..Options::default()
     };
     let mut f = RawFrontend::connect(&d.socket("v"), opts);
@@ -46,6 +47,7 @@ fn get_vring_base_does_not_wait_behind_another_queues_throttled_requests() {
         f.submit(1, &chain);
     }
     f.kick(1);
+    assert!(f.wait_consumed(1, 4), "the worker popped queue 1's chains");
     // The reply must come although queue 0's head is still waiting for budget.
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {

@@ -7,6 +7,7 @@ mod daemon;
 mod data_path;
 mod drain;
 mod guest;
+mod hostile;
 mod malformed;
 mod qos;
 mod raw_frontend;

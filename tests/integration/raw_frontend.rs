@@ -348,7 +348,9 @@ impl RawFrontend {
 
     /// Writes `head` to the next avail ring slot, then (after a fence, as drivers do) the
     /// avail index.
-    fn publish(&mut self, q: usize, head: u16) {
+    /// Publishes `head` on queue `q`'s avail ring (no kick). Tests of hostile guests call
+    /// it directly to publish a head again while it is still in flight.
+    pub fn publish(&mut self, q: usize, head: u16) {
         let vq = &mut self.queues[q];
         let slot = vq.avail.0 + 4 + 2 * u64::from(vq.next_avail % vq.size);
         self.mem
@@ -363,6 +365,39 @@ impl RawFrontend {
                 Ordering::Release,
             )
             .unwrap();
+    }
+
+    /// Writes queue `q`'s avail index as a hostile guest would, without publishing
+    /// entries; `restore_avail_idx` puts the true value back.
+    pub fn set_avail_idx_raw(&self, q: usize, idx: u16) {
+        let vq = &self.queues[q];
+        self.mem
+            .store(idx.to_le(), GuestAddress(vq.avail.0 + 2), Ordering::Release)
+            .unwrap();
+    }
+
+    /// The device's avail_event (EVENT_IDX): the avail index it wants a kick at, i.e. how
+    /// far it has consumed the ring when it last re-enabled notifications.
+    pub fn avail_event(&self, q: usize) -> u16 {
+        let vq = &self.queues[q];
+        let at = vq.used.0 + 4 + 8 * u64::from(vq.size);
+        u16::from_le(self.mem.load(GuestAddress(at), Ordering::Acquire).unwrap())
+    }
+
+    /// Waits (up to 10 s) until the device has consumed queue `q` up to avail index `n`.
+    pub fn wait_consumed(&self, q: usize, n: u16) -> bool {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while self.avail_event(q) != n {
+            if std::time::Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        true
+    }
+
+    pub fn restore_avail_idx(&self, q: usize) {
+        self.set_avail_idx_raw(q, self.queues[q].next_avail);
     }
 
     pub fn kick(&self, q: usize) {

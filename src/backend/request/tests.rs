@@ -248,3 +248,24 @@ fn get_id_and_flush_layouts() {
         RequestKind::Flush
     );
 }
+
+#[test]
+fn buffers_wrapping_around_the_address_space_are_refused() {
+    let mut l = ChainLayout::default();
+    l.push(0, 16, false).unwrap();
+    assert_eq!(
+        l.push(u64::MAX, 3, true),
+        Err(RequestError::BufferWraps(u64::MAX))
+    );
+    let e = l.push(u64::MAX - 4, 16, false).unwrap_err();
+    assert_eq!(e, RequestError::BufferWraps(u64::MAX - 4));
+    assert_eq!(
+        e.status(),
+        None,
+        "no status byte is trusted in a malformed chain"
+    );
+    assert!(
+        l.push(u64::MAX - 16, 16, true).is_ok(),
+        "ends exactly at the top"
+    );
+}

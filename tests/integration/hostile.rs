@@ -1,0 +1,137 @@
+//! Guests that break the virtqueue protocol on purpose: the daemon must neither hang nor
+//! hold unbounded state, and must keep serving everything else.
+
+use crate::daemon::{config, volume, DaemonProcess};
+use crate::raw_frontend::*;
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// GET_VRING_BASE(q) on a thread, failing the test if the reply does not come: a hung
+/// worker holds the lock this message needs.
+fn get_vring_base_within(f: RawFrontend, q: usize, d: &DaemonProcess) -> (u16, RawFrontend) {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut f = f;
+        let base = f.get_vring_base(q);
+        let _ = tx.send((base, f));
+    });
+    rx.recv_timeout(Duration::from_secs(10))
+        .unwrap_or_else(|_| panic!("GET_VRING_BASE({q}) hung; daemon log:\n{}", d.log_text()))
+}
+
+fn serves(f: &mut RawFrontend, q: usize, sector: u64) {
+    let data: Vec<u8> = (0..4096u32)
+        .map(|i| (i * 7 + sector as u32) as u8)
+        .collect();
+    assert_eq!(
+        f.write_sectors(q, sector, &data),
+        S_OK as u8,
+        "write on queue {q}"
+    );
+    let (status, back) = f.read_sectors(q, sector, 4096);
+    assert_eq!(status, S_OK as u8);
+    assert!(back == data, "read back on queue {q}");
+}
+
+#[test]
+fn an_impossible_avail_index_stops_that_queue_only() {
+    let d = DaemonProcess::start(&config("", &volume("v", 0, 8, "num_queues = 2")));
+    let opts = Options {
+        num_queues: 2,
+        event_idx: true,
+        ..Options::default()
+    };
+    let mut f = RawFrontend::connect(&d.socket("v"), opts);
+    // More entries "available" than the ring has: virtio-queue refuses to pop, and a naive
+    // "enable notifications, more arrived, pop again" loop would spin forever.
+    f.set_avail_idx_raw(1, 256 + 7);
+    f.kick(1);
+    serves(&mut f, 0, 0);
+    let (base, mut f) = get_vring_base_within(f, 1, &d);
+    assert_eq!(base, 0, "nothing was popped from the broken ring");
+    assert!(
+        d.wait_for_log("broke the ring protocol"),
+        "{}",
+        d.log_text()
+    );
+    // Restarted with a sane index, the queue serves again.
+    f.restore_avail_idx(1);
+    f.start_queue(1, base);
+    serves(&mut f, 1, 8);
+    serves(&mut f, 0, 16);
+}
+
+/// 10 random 4 KiB reads per second at a pinned vrate: requests stay parked for seconds.
+const CRAWLING_MODEL: &str = r#"
+[device.model]
+rbps = 200000000
+rseqiops = 10
+rrandiops = 10
+wbps = 200000000
+wseqiops = 10
+wrandiops = 10
+[device.qos]
+min = 100.0
+max = 100.0
+"#;
+
+#[test]
+fn republishing_heads_beyond_the_ring_size_is_refused() {
+    let d = DaemonProcess::start(&config(CRAWLING_MODEL, &volume("v", 0, 8, "")));
+    let opts = Options {
+        queue_size: 16,
+        ..Options::default()
+    };
+    let mut f = RawFrontend::connect(&d.socket("v"), opts);
+    let (chain, _) = f.rw_chain(T_IN, 0, 4096);
+    let head = f.submit(0, &chain);
+    // The same chain published again and again while the first copies are still parked:
+    // 16 fill the ring, the next 16 can only be descriptor reuse.
+    for _ in 0..15 {
+        f.publish(0, head);
+    }
+    f.kick(0);
+    f.wait_used(0, 1);
+    for _ in 0..16 {
+        f.publish(0, head);
+    }
+    f.kick(0);
+    // The worker stops popping at the ring size and stops the queue.
+    let (base, f) = get_vring_base_within(f, 0, &d);
+    assert!(
+        base <= 16 + 1,
+        "popped at most a ring's worth plus completions: {base}"
+    );
+    assert_eq!(f.used_idx(0), base, "every popped chain was answered");
+    assert!(
+        d.wait_for_log("more chains outstanding than the ring size"),
+        "{}",
+        d.log_text()
+    );
+}
+
+#[test]
+fn unaligned_requests_too_large_to_bounce_fail_with_ioerr() {
+    // O_DIRECT (the default) with guest buffers at an odd address: they must be bounced.
+    let d = DaemonProcess::start(&config("", &volume("v", 0, 32, "")));
+    let mut f = RawFrontend::connect(&d.socket("v"), Options::default());
+    let buf = f.alloc((1 << 20) + 4096) + 1;
+    let hdr = f.put(&header(T_OUT, 0));
+    // 1 MiB unaligned: bounced and written.
+    let st = f.status_buf();
+    let done = f.run(
+        0,
+        &[Desc::r(hdr, 16), Desc::r(buf, 1 << 20), Desc::w(st, 1)],
+    );
+    assert_eq!(done.status, Some(S_OK as u8));
+    // 24 segments of the same unaligned MiB: 24 MiB would need a 24 MiB bounce buffer.
+    let mut chain = vec![Desc::r(hdr, 16)];
+    chain.extend((0..24).map(|_| Desc::r(buf, 1 << 20)));
+    let st = f.status_buf();
+    chain.push(Desc::w(st, 1));
+    let done = f.run(0, &chain);
+    assert_eq!(done.status, Some(S_IOERR as u8));
+    assert!(d.wait_for_log("bounce buffer"), "{}", d.log_text());
+    let mut f = f;
+    serves(&mut f, 0, 4096);
+}
