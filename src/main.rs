@@ -32,38 +32,19 @@ enum Command {
         config: PathBuf,
     },
     /// Load generator: drive volume sockets directly (vhost-user, no VM) and report per
-    /// tenant IOPS, bandwidth and latency percentiles.
+    /// tenant IOPS, bandwidth and latency percentiles, overall and per second.
     ///
-    /// Each --tenant is a comma-separated key=value list; keys not given take the defaults
-    /// from the other flags. Keys: socket (required), name, rw (randread, randwrite,
-    /// randrw, read, write), rwmixread (percent reads for randrw), bs, iodepth, rate_iops,
-    /// runtime, ramp, delay. Example:
+    /// Tenants come from a job file (--job, TOML: [defaults] and [[tenant]] tables) and/or
+    /// --tenant lists (comma-separated key=value). Keys: socket (required), name, rw
+    /// (randread, randwrite, randrw, read, write), rwmixread (percent reads for randrw), bs,
+    /// iodepth, rate_iops, runtime, ramp, delay, queues. Precedence, lowest first: built-in
+    /// defaults, the job's [defaults], the flags --rw --bs --iodepth --runtime --ramp, the
+    /// tenant's own keys. Examples:
+    ///   vhost-iocost bench --job configs/bench/weighted-split.toml --socket-dir var --plot split
     ///   vhost-iocost bench --runtime 10s --tenant socket=var/vm1-root.sock,rw=randread,bs=4k,iodepth=1
     ///                                    --tenant socket=var/vm2-root.sock,rw=write,bs=1M,iodepth=8
     #[command(verbatim_doc_comment)]
-    Bench {
-        /// A tenant (repeat for several; all run at once).
-        #[arg(long = "tenant", value_name = "KEY=VALUE,...", required = true)]
-        tenants: Vec<String>,
-        /// Default access pattern.
-        #[arg(long, default_value = "randread")]
-        rw: String,
-        /// Default block size.
-        #[arg(long, default_value = "4k")]
-        bs: String,
-        /// Default requests in flight per tenant.
-        #[arg(long, default_value_t = 32)]
-        iodepth: usize,
-        /// Default run time (e.g. 10s, 500ms, 2m).
-        #[arg(long, default_value = "10s")]
-        runtime: String,
-        /// Default warm-up time excluded from the results.
-        #[arg(long, default_value = "0s")]
-        ramp: String,
-        /// Print the results as JSON instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
+    Bench(vhost_iocost::loadgen::BenchArgs),
     /// Run a QoS scenario in the deterministic simulator and print a per-volume report.
     ///
     /// The simulator drives the same QoS code as the daemon against a modelled device in
@@ -111,15 +92,7 @@ fn main() -> ExitCode {
         Command::Simulate { scenario } => vhost_iocost::sim::run_file(&scenario)
             .map(|report| print!("{report}"))
             .map_err(|e| e.into()),
-        Command::Bench {
-            tenants,
-            rw,
-            bs,
-            iodepth,
-            runtime,
-            ramp,
-            json,
-        } => bench(&tenants, &rw, &bs, iodepth, &runtime, &ramp, json),
+        Command::Bench(args) => vhost_iocost::loadgen::cli(&args),
         Command::Ctl(args) => vhost_iocost::control::ctl::run(&args).map_err(|e| e.into()),
     };
     match result {
@@ -169,53 +142,5 @@ fn check(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     config.validate_layout(size, block)?;
     print!("{}", config.describe(Some(size), Some(block)));
     println!("config OK");
-    Ok(())
-}
-
-fn bench(
-    tenants: &[String],
-    rw: &str,
-    bs: &str,
-    iodepth: usize,
-    runtime: &str,
-    ramp: &str,
-    json: bool,
-) -> Result<(), Box<dyn std::error::Error>> {
-    use vhost_iocost::loadgen::{self, TenantSpec};
-    let base = TenantSpec::parse(
-        &format!("socket=-,rw={rw},bs={bs},iodepth={iodepth},runtime={runtime},ramp={ramp}"),
-        &TenantSpec::default(),
-    )
-    .map_err(|e| format!("bench options: {e}"))?;
-    let specs = tenants
-        .iter()
-        .enumerate()
-        .map(|(i, text)| {
-            let mut t = TenantSpec::parse(&format!("socket=,{text}"), &base)
-                .map_err(|e| format!("--tenant {}: {e}", i + 1))?;
-            if t.name.is_empty() {
-                t.name = format!("t{}", i + 1);
-            }
-            Ok(t)
-        })
-        .collect::<Result<Vec<_>, String>>()?;
-    if !json {
-        eprintln!(
-            "running {} tenant(s) for {:?} ...",
-            specs.len(),
-            specs[0].runtime
-        );
-    }
-    let results = loadgen::run(&specs)?;
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(
-                &serde_json::json!({"tenants": specs, "results": results})
-            )?
-        );
-    } else {
-        print!("{}", loadgen::format_table(&specs, &results));
-    }
     Ok(())
 }

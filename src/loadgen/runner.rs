@@ -1,21 +1,27 @@
 //! Drives tenants against volume sockets with the `blkio` crate (a real vhost-user-blk
 //! frontend, no VM) and measures what each one gets.
 
+use super::progress::{self, Live, ProgressMode};
 use super::spec::{Pattern, TenantSpec};
 use crate::sim::rng::Rng;
-use blkio::{Blkio, Completion, ReqFlags};
+use blkio::{Blkio, Blkioq, Completion, MemoryRegion, ReqFlags};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::mem::MaybeUninit;
-use std::sync::{Arc, Barrier};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Barrier};
 use std::time::{Duration, Instant};
 
 /// What one tenant achieved over its measured window (after the ramp).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct TenantResult {
     pub name: String,
+    /// Requests completed inside the measured window (after the ramp, before the end).
     pub ios: u64,
     pub bytes: u64,
+    /// Every request that completed successfully over the whole run, ramp and the final
+    /// drain included: what the volume really served (compare with the daemon's counters).
+    pub completed: u64,
     pub errors: u64,
     pub seconds: f64,
     pub iops: f64,
@@ -23,59 +29,268 @@ pub struct TenantResult {
     pub lat_p50_us: f64,
     pub lat_p99_us: f64,
     pub lat_p999_us: f64,
-    /// Completed requests and p99 latency (µs) in each second of the run, ramp included.
+    /// When the tenant started, in seconds after the run started (its `delay`).
+    pub start_s: f64,
+    /// Completed requests and p99 latency (µs) in each second of the tenant's run, ramp
+    /// included.
     pub per_second: Vec<SecondSample>,
 }
 
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct SecondSample {
+    /// The end of this second, in seconds after the run started (all tenants share the
+    /// clock, so a delayed tenant's first sample is at `delay + 1`).
+    pub t_s: f64,
     pub iops: u64,
+    pub mib_per_s: f64,
+    /// 0 when nothing completed in this second.
     pub p99_us: f64,
 }
 
 /// Runs every tenant at once (each in its own thread, started together) and returns their
 /// results in order.
 pub fn run(tenants: &[TenantSpec]) -> Result<Vec<TenantResult>, String> {
-    let barrier = Arc::new(Barrier::new(tenants.len()));
+    run_with(tenants, ProgressMode::Off)
+}
+
+/// Sends on drop, so the progress reporter learns that a tenant thread ended even if it
+/// failed or panicked.
+struct DoneGuard(mpsc::Sender<()>);
+
+impl Drop for DoneGuard {
+    fn drop(&mut self) {
+        let _ = self.0.send(());
+    }
+}
+
+/// Like [`run`], with a progress line on stderr while the tenants run.
+pub fn run_with(
+    tenants: &[TenantSpec],
+    progress: ProgressMode,
+) -> Result<Vec<TenantResult>, String> {
+    // The calling thread joins the barrier too: the run's clock starts when every tenant
+    // is connected.
+    let barrier = Arc::new(Barrier::new(tenants.len() + 1));
+    let live = Arc::new(Live::new(tenants.len()));
+    let (done_tx, done_rx) = mpsc::channel();
     let handles: Vec<_> = tenants
         .iter()
         .cloned()
-        .map(|t| {
+        .enumerate()
+        .map(|(i, t)| {
             let barrier = barrier.clone();
-            std::thread::spawn(move || run_tenant(&t, &barrier))
+            let live = live.clone();
+            let done = DoneGuard(done_tx.clone());
+            std::thread::spawn(move || {
+                let _done = done;
+                run_tenant(&t, i, &barrier, &live)
+            })
         })
         .collect();
+    drop(done_tx);
+    barrier.wait();
+    progress::report(progress, tenants, &live, &done_rx);
     handles
         .into_iter()
         .map(|h| h.join().map_err(|_| "tenant thread panicked".to_string())?)
         .collect()
 }
 
-fn run_tenant(t: &TenantSpec, start: &Barrier) -> Result<TenantResult, String> {
-    let what = |e: blkio::Error| format!("tenant {} ({}): {e}", t.name, t.socket);
-    let mut b = Blkio::new("virtio-blk-vhost-user").map_err(what)?;
-    b.set_str("path", &t.socket).map_err(what)?;
-    b.connect().map_err(what)?;
-    let capacity = b.get_u64("capacity").map_err(what)?;
-    b.set_i32("num-queues", 1).map_err(what)?;
-    let mut started = b.start().map_err(what)?;
-    let q = &mut started.queues[0];
-    let align = b.get_u64("mem-region-alignment").map_err(what)? as usize;
-    let len = (t.iodepth * t.bs as usize).div_ceil(align) * align;
-    let region = b.alloc_mem_region(len).map_err(what)?;
-    b.map_mem_region(&region).map_err(what)?;
-    let base = region.addr as *mut u8;
-    let blocks = capacity / t.bs;
-    if blocks == 0 {
-        return Err(format!(
-            "tenant {}: bs {} exceeds the volume capacity {capacity}",
-            t.name, t.bs
-        ));
-    }
+/// A connected and started client with its I/O buffers.
+struct Conn {
+    // Dropped before `blkio` (fields drop in order).
+    queues: Vec<Blkioq>,
+    blkio: Blkio,
+    region: MemoryRegion,
+    blocks: u64,
+}
 
+impl Conn {
+    fn open(t: &TenantSpec) -> Result<Conn, String> {
+        let what = |e: blkio::Error| format!("tenant {} ({}): {e}", t.name, t.socket);
+        let mut b = Blkio::new("virtio-blk-vhost-user").map_err(what)?;
+        b.set_str("path", &t.socket).map_err(what)?;
+        b.connect().map_err(what)?;
+        let capacity = b.get_u64("capacity").map_err(what)?;
+        b.set_i32("num-queues", t.queues as i32).map_err(what)?;
+        let started = b.start().map_err(what)?;
+        let align = b.get_u64("mem-region-alignment").map_err(what)? as usize;
+        let len = (t.iodepth * t.bs as usize).div_ceil(align) * align;
+        let region = b.alloc_mem_region(len).map_err(what)?;
+        if let Err(e) = b.map_mem_region(&region) {
+            b.free_mem_region(&region);
+            return Err(what(e));
+        }
+        let conn = Conn {
+            queues: started.queues,
+            blkio: b,
+            region,
+            blocks: capacity / t.bs,
+        };
+        if conn.blocks == 0 {
+            return Err(format!(
+                "tenant {}: bs {} exceeds the volume capacity {capacity}",
+                t.name, t.bs
+            ));
+        }
+        Ok(conn)
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.blkio.unmap_mem_region(&self.region);
+        self.blkio.free_mem_region(&self.region);
+    }
+}
+
+fn run_tenant(
+    t: &TenantSpec,
+    index: usize,
+    start: &Barrier,
+    live: &Live,
+) -> Result<TenantResult, String> {
+    // Reach the barrier whatever happens, or the other tenants would wait forever.
+    let conn = Conn::open(t);
+    start.wait();
+    let run_start = Instant::now();
+    let mut conn = conn?;
+    std::thread::sleep(t.delay);
+    live.set_state(index, progress::RUNNING);
+    let result = drive(t, &mut conn, run_start, &live.ios[index]);
+    live.set_state(index, progress::DONE);
+    result
+}
+
+/// Per-second counters.
+struct Seconds {
+    samples: Vec<SecondSample>,
+    offset_s: f64,
+    end: Instant,
+    ios: u64,
+    bs: u64,
+    hist: Histogram<u64>,
+}
+
+impl Seconds {
+    /// Closes every second that ended at or before `now`.
+    fn roll(&mut self, now: Instant) {
+        while now >= self.end {
+            self.samples.push(SecondSample {
+                t_s: self.offset_s + self.samples.len() as f64 + 1.0,
+                iops: self.ios,
+                mib_per_s: (self.ios * self.bs) as f64 / f64::from(1 << 20),
+                p99_us: if self.hist.is_empty() {
+                    0.0
+                } else {
+                    self.hist.value_at_quantile(0.99) as f64
+                },
+            });
+            self.ios = 0;
+            self.hist.reset();
+            self.end += Duration::from_secs(1);
+        }
+    }
+}
+
+/// Waits up to `timeout` for completions and appends `(user_data, ret)` of each to `done`.
+/// With one queue blkio waits itself; with several, their completion eventfds are polled
+/// together.
+fn collect(
+    queues: &mut [Blkioq],
+    in_flight: &[usize],
+    comps: &mut [MaybeUninit<Completion>],
+    timeout: Duration,
+    done: &mut Vec<(usize, i32)>,
+) -> Result<(), blkio::Error> {
+    let mut take = |got: usize, comps: &[MaybeUninit<Completion>]| {
+        for c in &comps[..got] {
+            // SAFETY: do_io initialised the first `got` completions.
+            let c = unsafe { c.assume_init_ref() };
+            done.push((c.user_data, c.ret));
+        }
+    };
+    if queues.len() == 1 {
+        let mut timeout = timeout;
+        let got = match queues[0].do_io(comps, 1, Some(&mut timeout), None) {
+            Ok(got) => got,
+            // blkio says ETIME when the wait times out ("Timed out"); not an I/O error.
+            Err(e) if matches!(e.errno(), blkio::Errno::TIME | blkio::Errno::TIMEDOUT) => 0,
+            Err(e) => return Err(e),
+        };
+        take(got, comps);
+        return Ok(());
+    }
+    let mut sweep = |queues: &mut [Blkioq], comps: &mut [MaybeUninit<Completion>]| {
+        let mut any = false;
+        for (q, _) in queues.iter_mut().zip(in_flight).filter(|(_, &n)| n > 0) {
+            let got = q.do_io(comps, 0, None, None)?;
+            take(got, comps);
+            any |= got > 0;
+        }
+        Ok::<bool, blkio::Error>(any)
+    };
+    // Submits what was queued and takes what already completed; the completion fds are
+    // enabled, so anything completing after this sweep makes its fd readable.
+    if sweep(queues, comps)? {
+        return Ok(());
+    }
+    let mut fds: Vec<libc::pollfd> = queues
+        .iter()
+        .zip(in_flight)
+        .filter(|(_, &n)| n > 0)
+        .filter_map(|(q, _)| q.get_completion_fd())
+        .map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `fds` is a valid array of pollfd of the given length.
+    let n = unsafe {
+        libc::ppoll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            &ts,
+            std::ptr::null(),
+        )
+    };
+    if n > 0 {
+        for p in fds.iter().filter(|p| p.revents & libc::POLLIN != 0) {
+            let mut counter = 0u64;
+            // SAFETY: reading 8 bytes into a u64 from a readable eventfd.
+            unsafe { libc::read(p.fd, (&mut counter as *mut u64).cast(), 8) };
+        }
+        sweep(queues, comps)?;
+    }
+    Ok(())
+}
+
+fn drive(
+    t: &TenantSpec,
+    conn: &mut Conn,
+    run_start: Instant,
+    live_ios: &AtomicU64,
+) -> Result<TenantResult, String> {
+    let what = |e: blkio::Error| format!("tenant {} ({}): {e}", t.name, t.socket);
+    let nq = conn.queues.len();
+    if nq > 1 {
+        for q in &mut conn.queues {
+            if q.get_completion_fd().is_none() {
+                return Err(format!("tenant {}: queue without a completion fd", t.name));
+            }
+            q.set_completion_fd_enabled(true);
+        }
+    }
+    let base = conn.region.addr as *mut u8;
+    let blocks = conn.blocks;
     let mut rng = Rng::new(t.socket.len() as u64 ^ (t.bs << 7));
     let mut next_seq = 0u64;
-    let mut submit = |q: &mut blkio::Blkioq, slot: usize, rng: &mut Rng| {
+    let mut submit = |q: &mut Blkioq, slot: usize, rng: &mut Rng| {
         let block = if t.rw.is_random() {
             rng.below(blocks)
         } else {
@@ -96,8 +311,6 @@ fn run_tenant(t: &TenantSpec, start: &Barrier) -> Result<TenantResult, String> {
         }
     };
 
-    start.wait();
-    std::thread::sleep(t.delay);
     let t0 = Instant::now();
     let measure_from = t0 + t.ramp;
     let deadline = t0 + t.runtime;
@@ -106,19 +319,25 @@ fn run_tenant(t: &TenantSpec, start: &Barrier) -> Result<TenantResult, String> {
         .map(|r| Duration::from_secs_f64(1.0 / f64::from(r)));
     let mut next_issue = t0;
     let mut issued_at = vec![t0; t.iodepth];
-    let mut idle: Vec<usize> = Vec::new();
+    let mut slot_queue = vec![0usize; t.iodepth];
+    let mut queue_in_flight = vec![0usize; nq];
+    let mut next_queue = 0;
+    let mut idle: Vec<usize> = (0..t.iodepth).rev().collect();
     let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds");
-    let mut second_hist = hist.clone();
-    let mut per_second = Vec::new();
-    let mut second_end = t0 + Duration::from_secs(1);
-    let mut second_ios = 0u64;
-    let (mut ios, mut errors, mut in_flight) = (0u64, 0u64, 0usize);
+    let mut seconds = Seconds {
+        samples: Vec::new(),
+        // In whole milliseconds, for readable JSON.
+        offset_s: ((t0 - run_start).as_secs_f64() * 1000.0).round() / 1000.0,
+        end: t0 + Duration::from_secs(1),
+        ios: 0,
+        bs: t.bs,
+        hist: hist.clone(),
+    };
+    let (mut ios, mut errors, mut in_flight, mut completed) = (0u64, 0u64, 0usize, 0u64);
     let mut comps: Vec<MaybeUninit<Completion>> =
         (0..t.iodepth).map(|_| MaybeUninit::uninit()).collect();
+    let mut done = Vec::with_capacity(t.iodepth);
 
-    for slot in 0..t.iodepth {
-        idle.push(slot);
-    }
     loop {
         let now = Instant::now();
         if now < deadline {
@@ -128,70 +347,67 @@ fn run_tenant(t: &TenantSpec, start: &Barrier) -> Result<TenantResult, String> {
                 }
                 idle.pop();
                 issued_at[slot] = Instant::now();
-                submit(q, slot, &mut rng);
+                // Requests go to the queues round-robin.
+                slot_queue[slot] = next_queue;
+                queue_in_flight[next_queue] += 1;
+                submit(&mut conn.queues[next_queue], slot, &mut rng);
+                next_queue = (next_queue + 1) % nq;
                 in_flight += 1;
                 if let Some(i) = interval {
-                    next_issue = next_issue.max(now - i) + i;
+                    next_issue = next_issue.max(now.checked_sub(i).unwrap_or(now)) + i;
                 }
             }
         } else if in_flight == 0 {
             break;
         }
-        let mut timeout = if in_flight == 0 {
-            next_issue.saturating_duration_since(Instant::now())
-        } else {
-            deadline
-                .saturating_duration_since(Instant::now())
-                .max(Duration::from_millis(100))
-        };
         if in_flight == 0 {
-            std::thread::sleep(timeout);
+            // Rate-limited and idle: wait for the next issue time.
+            std::thread::sleep(next_issue.min(deadline).saturating_duration_since(now));
+            seconds.roll(Instant::now());
             continue;
         }
+        let mut timeout = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(100));
         if interval.is_some() {
             timeout = timeout.min(next_issue.saturating_duration_since(Instant::now()));
         }
-        let got = q
-            .do_io(&mut comps, 1, Some(&mut timeout), None)
-            .or_else(|e| {
-                if e.errno() == blkio::Errno::TIMEDOUT {
-                    Ok(0)
-                } else {
-                    Err(e)
-                }
-            })
-            .map_err(what)?;
+        done.clear();
+        collect(
+            &mut conn.queues,
+            &queue_in_flight,
+            &mut comps,
+            timeout,
+            &mut done,
+        )
+        .map_err(what)?;
         let done_at = Instant::now();
-        for c in &comps[..got] {
-            // SAFETY: do_io initialised the first `got` completions.
-            let c = unsafe { c.assume_init_ref() };
+        let mut ok = 0;
+        for &(slot, ret) in &done {
             in_flight -= 1;
-            idle.push(c.user_data);
-            let lat_us = (done_at - issued_at[c.user_data]).as_micros().max(1) as u64;
-            if c.ret != 0 {
+            queue_in_flight[slot_queue[slot]] -= 1;
+            idle.push(slot);
+            let lat_us = (done_at - issued_at[slot]).as_micros().max(1) as u64;
+            if ret != 0 {
                 errors += 1;
                 continue;
             }
-            second_ios += 1;
-            let _ = second_hist.record(lat_us);
+            ok += 1;
+            completed += 1;
+            seconds.ios += 1;
+            let _ = seconds.hist.record(lat_us);
             if done_at >= measure_from && done_at <= deadline {
                 ios += 1;
                 let _ = hist.record(lat_us);
             }
         }
-        while done_at >= second_end {
-            per_second.push(SecondSample {
-                iops: second_ios,
-                p99_us: second_hist.value_at_quantile(0.99) as f64,
-            });
-            second_ios = 0;
-            second_hist.reset();
-            second_end += Duration::from_secs(1);
-        }
+        live_ios.fetch_add(ok, Ordering::Relaxed);
+        seconds.roll(done_at);
     }
-    b.unmap_mem_region(&region);
-    b.free_mem_region(&region);
-    let seconds = (t.runtime - t.ramp).as_secs_f64();
+    // Close the seconds that ended with the run (the last one may have had no completion
+    // after its end to close it).
+    seconds.roll(deadline);
+    let seconds_measured = (t.runtime - t.ramp).as_secs_f64();
     let pct = |q: f64| {
         if hist.is_empty() {
             0.0
@@ -203,14 +419,16 @@ fn run_tenant(t: &TenantSpec, start: &Barrier) -> Result<TenantResult, String> {
         name: t.name.clone(),
         ios,
         bytes: ios * t.bs,
+        completed,
         errors,
-        seconds,
-        iops: ios as f64 / seconds,
-        mib_per_s: (ios * t.bs) as f64 / seconds / f64::from(1 << 20),
+        seconds: seconds_measured,
+        iops: ios as f64 / seconds_measured,
+        mib_per_s: (ios * t.bs) as f64 / seconds_measured / f64::from(1 << 20),
         lat_p50_us: pct(0.5),
         lat_p99_us: pct(0.99),
         lat_p999_us: pct(0.999),
-        per_second,
+        start_s: seconds.offset_s,
+        per_second: seconds.samples,
     })
 }
 

@@ -31,6 +31,17 @@ impl Pattern {
         })
     }
 
+    /// The name used by `rw=` (and by fio).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Pattern::RandRead => "randread",
+            Pattern::RandWrite => "randwrite",
+            Pattern::RandRw => "randrw",
+            Pattern::Read => "read",
+            Pattern::Write => "write",
+        }
+    }
+
     pub fn is_random(self) -> bool {
         matches!(
             self,
@@ -56,6 +67,8 @@ pub struct TenantSpec {
     pub ramp: Duration,
     /// Time to wait before this tenant starts (tenants that come and go).
     pub delay: Duration,
+    /// vhost-user queues the tenant uses; requests go to them round-robin.
+    pub queues: usize,
 }
 
 impl Default for TenantSpec {
@@ -71,6 +84,7 @@ impl Default for TenantSpec {
             runtime: Duration::from_secs(10),
             ramp: Duration::from_secs(0),
             delay: Duration::from_secs(0),
+            queues: 1,
         }
     }
 }
@@ -81,38 +95,69 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     crate::qos::config::parse_duration_ns(text).map(Duration::from_nanos)
 }
 
+/// Every key a tenant (a `--tenant` list, a job file's `[defaults]` or `[[tenant]]` table)
+/// may set.
+pub const TENANT_KEYS: &[&str] = &[
+    "name",
+    "socket",
+    "rw",
+    "rwmixread",
+    "bs",
+    "iodepth",
+    "rate_iops",
+    "runtime",
+    "ramp",
+    "delay",
+    "queues",
+];
+
 impl TenantSpec {
-    /// Parses `key=value,...` on top of `base`. Keys: name, socket, rw, rwmixread, bs,
-    /// iodepth, rate_iops, runtime, ramp, delay.
+    /// Parses `key=value,...` on top of `base`. Keys: [`TENANT_KEYS`].
     pub fn parse(text: &str, base: &TenantSpec) -> Result<Self, String> {
         let mut t = base.clone();
+        t.apply_list(text)?;
+        t.validate()?;
+        Ok(t)
+    }
+
+    /// Sets every `key=value` of a comma-separated list, without validating the result.
+    pub fn apply_list(&mut self, text: &str) -> Result<(), String> {
         for part in text.split(',').filter(|p| !p.trim().is_empty()) {
             let (key, value) = part
                 .split_once('=')
                 .ok_or_else(|| format!("`{part}`: expected key=value"))?;
-            let (key, value) = (key.trim(), value.trim());
-            let num = |v: &str| -> Result<u64, String> {
-                v.parse::<u64>()
-                    .map_err(|_| format!("{key}: `{v}` is not a number"))
-            };
-            match key {
-                "name" => t.name = value.to_string(),
-                "socket" => t.socket = value.to_string(),
-                "rw" => t.rw = Pattern::parse(value)?,
-                "rwmixread" => t.read_pct = num(value)?.min(100) as u8,
-                "bs" => t.bs = ByteSize::parse(value).map_err(|e| format!("bs: {e}"))?.0,
-                "iodepth" => t.iodepth = num(value)? as usize,
-                "rate_iops" => t.rate_iops = Some(num(value)? as u32),
-                "runtime" => {
-                    t.runtime = parse_duration(value).map_err(|e| format!("runtime: {e}"))?
-                }
-                "ramp" => t.ramp = parse_duration(value).map_err(|e| format!("ramp: {e}"))?,
-                "delay" => t.delay = parse_duration(value).map_err(|e| format!("delay: {e}"))?,
-                other => return Err(format!("unknown tenant key `{other}`")),
+            self.set(key.trim(), value.trim())?;
+        }
+        Ok(())
+    }
+
+    /// Sets one key from its text form; errors start with the key's name.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+        let num = |v: &str| -> Result<u64, String> {
+            v.parse::<u64>()
+                .map_err(|_| format!("{key}: `{v}` is not a number"))
+        };
+        let t = self;
+        match key {
+            "name" => t.name = value.to_string(),
+            "socket" => t.socket = value.to_string(),
+            "rw" => t.rw = Pattern::parse(value)?,
+            "rwmixread" => t.read_pct = num(value)?.min(100) as u8,
+            "bs" => t.bs = ByteSize::parse(value).map_err(|e| format!("bs: {e}"))?.0,
+            "iodepth" => t.iodepth = num(value)? as usize,
+            "rate_iops" => t.rate_iops = Some(num(value)?.min(u64::from(u32::MAX)) as u32),
+            "runtime" => t.runtime = parse_duration(value).map_err(|e| format!("runtime: {e}"))?,
+            "ramp" => t.ramp = parse_duration(value).map_err(|e| format!("ramp: {e}"))?,
+            "delay" => t.delay = parse_duration(value).map_err(|e| format!("delay: {e}"))?,
+            "queues" => t.queues = num(value)?.min(1 << 16) as usize,
+            other => {
+                return Err(format!(
+                    "unknown tenant key `{other}` (keys: {})",
+                    TENANT_KEYS.join(", ")
+                ))
             }
         }
-        t.validate()?;
-        Ok(t)
+        Ok(())
     }
 
     pub fn validate(&self) -> Result<(), String> {
@@ -127,6 +172,15 @@ impl TenantSpec {
         }
         if self.iodepth == 0 || self.iodepth > 1024 {
             return Err(format!("iodepth: must be 1..=1024 (got {})", self.iodepth));
+        }
+        if self.queues == 0 || self.queues > 64 {
+            return Err(format!("queues: must be 1..=64 (got {})", self.queues));
+        }
+        if self.queues > self.iodepth {
+            return Err(format!(
+                "queues: {} queues need an iodepth of at least {} (got {})",
+                self.queues, self.queues, self.iodepth
+            ));
         }
         if self.rate_iops == Some(0) {
             return Err("rate_iops: must be positive".into());

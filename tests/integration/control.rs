@@ -592,22 +592,22 @@ fn metrics_parse_and_match_what_the_client_did() {
     let bytes = "vhost_iocost_volume_bytes_total";
     within(
         metric_sum(&scrape, req, "r", Some("read")),
-        r.ios,
+        r.completed,
         "r reads",
     );
     within(
         metric_sum(&scrape, bytes, "r", Some("read")),
-        r.bytes,
+        r.completed * 4096,
         "r bytes",
     );
     within(
         metric_sum(&scrape, req, "w", Some("write")),
-        w.ios,
+        w.completed,
         "w writes",
     );
     within(
         metric_sum(&scrape, bytes, "w", Some("write")),
-        w.bytes,
+        w.completed * 16384,
         "w bytes",
     );
     assert_eq!(metric_sum(&scrape, req, "r", Some("write")), 0.0);
@@ -627,7 +627,7 @@ fn metrics_parse_and_match_what_the_client_did() {
         .iter()
         .find(|b| b.less_than.is_infinite())
         .expect("+Inf bucket");
-    within(inf.count, r.ios, "r latency count");
+    within(inf.count, r.completed, "r latency count");
     assert!(
         buckets.windows(2).all(|p| p[0].count <= p[1].count),
         "{buckets:?}"

@@ -1,6 +1,7 @@
 //! Integration tests: the real `vhost-iocost` binary driven by real vhost-user frontends
 //! (the `blkio` crate, and a raw in-process frontend for requests blkio will not send).
 
+mod bench;
 mod client;
 mod control;
 mod daemon;

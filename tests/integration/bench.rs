@@ -1,0 +1,213 @@
+//! `vhost-iocost bench` as a user runs it: a job file against the daemon, JSON, progress
+//! lines and pictures; and the same job with fio on a plain file when fio is installed.
+
+use crate::daemon::{config, volume, DaemonProcess};
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// The device does 4000 random 4 KiB reads per second by the model, vrate pinned: QoS is
+/// the bottleneck, so weights 100:300 give 1:3 even in a 2-second run.
+const SLOW_MODEL: &str = r#"
+[device.model]
+rbps = 200000000
+rseqiops = 4000
+rrandiops = 4000
+wbps = 200000000
+wseqiops = 4000
+wrandiops = 4000
+[device.qos]
+min = 100.0
+max = 100.0
+"#;
+
+/// Two tenants; `heavy` spreads its requests over two queues.
+const JOB: &str = r#"
+[defaults]
+rw = "randread"
+bs = "4k"
+iodepth = 16
+runtime = "2s"
+ramp = "500ms"
+
+[[tenant]]
+name = "light"
+socket = "light.sock"
+
+[[tenant]]
+name = "heavy"
+socket = "heavy.sock"
+queues = 2
+"#;
+
+fn bench(dir: &Path, args: &[&str]) -> Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_vhost-iocost"))
+        .arg("bench")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run vhost-iocost bench");
+    assert!(
+        out.status.success(),
+        "bench failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// The result of tenant `name` from bench's JSON.
+fn result<'a>(json: &'a Value, name: &str) -> &'a Value {
+    json["results"]
+        .as_array()
+        .expect("results array")
+        .iter()
+        .find(|r| r["name"] == name)
+        .unwrap_or_else(|| panic!("no result for {name}: {json}"))
+}
+
+fn check_pictures(prefix: &Path, names: &[&str]) {
+    let png = std::fs::read(prefix.with_extension("png")).expect("PNG written");
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "PNG magic");
+    assert!(png.len() > 10_000, "PNG of {} bytes", png.len());
+    let svg = std::fs::read_to_string(prefix.with_extension("svg")).expect("SVG written");
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    for name in names {
+        assert!(svg.contains(name), "SVG legend lacks {name}");
+    }
+    assert!(svg.contains("<polyline"), "SVG has no lines");
+}
+
+#[test]
+fn bench_job_file_json_progress_and_pictures() {
+    let d = DaemonProcess::start(&config(
+        SLOW_MODEL,
+        &(volume("light", 0, 16, "weight = 100")
+            + &volume("heavy", 16, 16, "weight = 300\nnum_queues = 2")),
+    ));
+    let job = d.path("job.toml");
+    std::fs::write(&job, JOB).unwrap();
+    let dir = d.dir.path().to_str().unwrap();
+    let prefix = d.path("pic");
+    let out = bench(
+        d.dir.path(),
+        &[
+            "--job",
+            job.to_str().unwrap(),
+            "--socket-dir",
+            dir,
+            "--json",
+            "--progress",
+            "lines",
+            "--plot",
+            prefix.to_str().unwrap(),
+        ],
+    );
+    let json: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(json["engine"], "vhost-user");
+    assert_eq!(json["tenants"].as_array().unwrap().len(), 2);
+    assert_eq!(json["tenants"][1]["queues"], 2);
+    let mut iops = Vec::new();
+    for name in ["light", "heavy"] {
+        let r = result(&json, name);
+        assert_eq!(r["errors"], 0, "{name}: {r}");
+        assert!(r["ios"].as_u64().unwrap() > 0, "{name}: {r}");
+        assert!(r["lat_p99_us"].as_f64().unwrap() > 0.0, "{name}: {r}");
+        let per_second = r["per_second"].as_array().unwrap();
+        assert_eq!(per_second.len(), 2, "{name}: one sample per second of 2 s");
+        for (i, s) in per_second.iter().enumerate() {
+            assert!(s["iops"].as_u64().unwrap() > 0, "{name} second {i}: {s}");
+            assert!(
+                s["p99_us"].as_f64().unwrap() > 0.0,
+                "{name} second {i}: {s}"
+            );
+            let t = s["t_s"].as_f64().unwrap();
+            assert!((t - (i + 1) as f64).abs() < 0.1, "{name} second {i} at {t}");
+        }
+        iops.push(r["iops"].as_f64().unwrap());
+    }
+    // The weights still decide the split through the job file and two queues.
+    let ratio = iops[1] / iops[0];
+    assert!(
+        (2.2..=3.8).contains(&ratio),
+        "heavy/light {ratio:.2}: {iops:?}"
+    );
+
+    // One progress line per second on stderr (not a terminal), naming both tenants.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<_> = stderr.lines().filter(|l| l.contains("s/2s]")).collect();
+    assert!(!lines.is_empty(), "no progress lines in:\n{stderr}");
+    assert!(
+        lines[0].contains("light") && lines[0].contains("heavy") && lines[0].contains("IOPS"),
+        "{}",
+        lines[0]
+    );
+    check_pictures(&prefix, &["light", "heavy"]);
+}
+
+#[test]
+fn bench_rejects_unknown_job_keys_naming_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = dir.path().join("bad.toml");
+    std::fs::write(
+        &job,
+        "[[tenant]]\nsocket = \"a.sock\"\nblocksize = \"4k\"\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_vhost-iocost"))
+        .args(["bench", "--job", job.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("[[tenant]] 1: unknown key `blocksize`"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn bench_fio_baseline_on_a_file() {
+    if Command::new("fio").arg("--version").output().is_err() {
+        eprintln!(
+            "SKIPPED bench_fio_baseline_on_a_file: fio is not installed (apt-get install fio)"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("disk.img");
+    // Written, not sparse: reads of holes would not reach the disk.
+    std::fs::write(&file, vec![0x5a; 64 << 20]).unwrap();
+    let job = dir.path().join("job.toml");
+    std::fs::write(&job, JOB).unwrap();
+    let prefix = dir.path().join("fio");
+    let out = bench(
+        dir.path(),
+        &[
+            "--job",
+            job.to_str().unwrap(),
+            "--fio-file",
+            file.to_str().unwrap(),
+            "--ramp",
+            "0s",
+            "--iodepth",
+            "4",
+            "--json",
+            "--plot",
+            prefix.to_str().unwrap(),
+        ],
+    );
+    let json: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(json["engine"], "fio");
+    for name in ["light", "heavy"] {
+        let r = result(&json, name);
+        assert_eq!(r["errors"], 0, "{name}: {r}");
+        assert!(r["ios"].as_u64().unwrap() > 100, "{name}: {r}");
+        assert!(r["lat_p99_us"].as_f64().unwrap() > 0.0, "{name}: {r}");
+        let per_second = r["per_second"].as_array().unwrap();
+        assert!(!per_second.is_empty(), "{name}: no per-second samples: {r}");
+        assert!(per_second[0]["iops"].as_u64().unwrap() > 0, "{name}: {r}");
+    }
+    check_pictures(&prefix, &["light", "heavy"]);
+}
