@@ -39,11 +39,6 @@ impl ChainLayout {
     /// Adds the next descriptor of the chain. Returns an error when a readable descriptor
     /// follows a writable one (the virtio spec orders readable first).
     pub fn push(&mut self, addr: u64, len: u32, write_only: bool) -> Result<(), RequestError> {
-        // A buffer that wraps around the address space is not guest RAM; refusing it here
-        // keeps every later offset computation overflow-free.
-        if addr.checked_add(u64::from(len)).is_none() {
-            return Err(RequestError::BufferWraps(addr));
-        }
         if write_only {
             self.writable.push(Segment { addr, len });
         } else if !self.writable.is_empty() {
@@ -100,8 +95,6 @@ pub enum RequestError {
     ReadableAfterWritable,
     #[error("descriptor chain is truncated or loops")]
     BrokenChain,
-    #[error("a buffer at {0:#x} wraps around the address space")]
-    BufferWraps(u64),
     #[error("no writable byte for the status")]
     NoStatus,
     #[error("header shorter than 16 bytes")]
@@ -142,11 +135,9 @@ impl RequestError {
     /// The virtio status byte for this error, or `None` when there is nowhere to put it.
     pub fn status(&self) -> Option<u8> {
         match self {
-            // The chain is malformed: no byte of it can be trusted to be the status.
             RequestError::NoStatus
             | RequestError::ReadableAfterWritable
-            | RequestError::BrokenChain
-            | RequestError::BufferWraps(_) => None,
+            | RequestError::BrokenChain => None,
             RequestError::Unsupported(_) | RequestError::UnsupportedFlags(_) => {
                 Some(VIRTIO_BLK_S_UNSUPP as u8)
             }
@@ -213,11 +204,12 @@ pub fn locate_status(layout: &ChainLayout) -> Result<(u64, u64), RequestError> {
         .rev()
         .find(|s| s.len > 0)
         .ok_or(RequestError::NoStatus)?;
-    // push() refused buffers that wrap around the address space.
-    Ok((
-        last.addr + u64::from(last.len) - 1,
-        total(&layout.writable) - 1,
-    ))
+    // A status buffer reaching past the end of the address space has no status byte.
+    let status_addr = last
+        .addr
+        .checked_add(u64::from(last.len) - 1)
+        .ok_or(RequestError::NoStatus)?;
+    Ok((status_addr, total(&layout.writable) - 1))
 }
 
 /// Parses and validates one request. `read` copies guest memory (returns false when the
@@ -228,6 +220,16 @@ pub fn parse(
     mut read: impl FnMut(u64, &mut [u8]) -> bool,
 ) -> Result<Request, RequestError> {
     let (status_addr, writable_len) = locate_status(layout)?;
+    // Any other buffer wrapping around the address space is not guest RAM; refusing it
+    // here keeps every offset computation below overflow-free.
+    if let Some(s) = layout
+        .readable
+        .iter()
+        .chain(&layout.writable)
+        .find(|s| s.addr.checked_add(u64::from(s.len)).is_none())
+    {
+        return Err(RequestError::BadGuestAddress(s.addr));
+    }
     let mut header = [0u8; HEADER_LEN as usize];
     gather(&layout.readable, 0, &mut header, &mut read)?;
     let request_type = u32::from_le_bytes(header[0..4].try_into().unwrap());

@@ -33,6 +33,9 @@ const IOV_MAX: usize = 1024;
 /// The largest request copied through a bounce buffer (Linux guests send at most a few
 /// MiB per request; larger unaligned requests fail with IOERR).
 const MAX_BOUNCE_BYTES: usize = 8 << 20;
+/// Consecutive passes that pop nothing while the ring says more is available before the
+/// queue is declared broken (a legitimate race resolves in one or two).
+const MAX_IDLE_PASSES: u32 = 64;
 
 /// A validated request waiting in the volume FIFO for admission or a device slot.
 struct Pending<T> {
@@ -175,17 +178,28 @@ impl<A: Admission> Worker<A> {
         };
         // A stale event for a stopped or disabled ring must not touch it.
         if ready && (self.stopping | self.broken) & bit == 0 {
+            let mut idle_passes = 0;
             loop {
                 vring.disable_notification().map_err(io::Error::other)?;
-                let popped = self.pop_all(vring, queue, &memory())?;
+                let mem = memory();
+                let popped = self.pop_all(vring, queue, &mem)?;
                 if self.broken & bit != 0
                     || !vring.enable_notification().map_err(io::Error::other)?
                 {
                     break;
                 }
-                if popped == 0 {
-                    // "More available" yet nothing can be popped: the avail index is invalid
-                    // (virtio-queue refuses it). Looping would spin forever.
+                if popped > 0 {
+                    idle_passes = 0;
+                    continue;
+                }
+                // Nothing popped, yet "more available". Normally the guest published between
+                // the pop and re-enabling notifications, and the next pass finds it. If the
+                // avail index is impossible (more pending than the ring holds) virtio-queue
+                // refuses to pop and this would spin forever.
+                idle_passes += 1;
+                if Self::pending(vring, &mem) > u32::from(vring.get_ref().get_queue().size())
+                    || idle_passes > MAX_IDLE_PASSES
+                {
                     self.mark_broken(queue, "avail index out of range");
                     break;
                 }
@@ -258,7 +272,7 @@ impl<A: Admission> Worker<A> {
                     // More chains than the ring holds: descriptors are being reused while
                     // still ours. Stop rather than queue without bound.
                     drop(state);
-                    if Self::has_more(vring, mem) {
+                    if Self::pending(vring, mem) > 0 {
                         self.mark_broken(queue, "more chains outstanding than the ring size");
                     }
                     return Ok(popped);
@@ -299,13 +313,14 @@ impl<A: Admission> Worker<A> {
         }
     }
 
-    /// Whether the guest published chains we have not popped.
-    fn has_more(vring: &Vring, mem: &Mem) -> bool {
+    /// How many chains the guest published that we have not popped (as its avail index
+    /// says; more than the ring size means the index is invalid).
+    fn pending(vring: &Vring, mem: &Mem) -> u32 {
         let state = vring.get_ref();
         let q = state.get_queue();
         q.avail_idx(mem, std::sync::atomic::Ordering::Acquire)
-            .map(|idx| idx.0 != q.next_avail())
-            .unwrap_or(false)
+            .map(|idx| u32::from(idx.0.wrapping_sub(q.next_avail())))
+            .unwrap_or(0)
     }
 
     /// Answers GET_ID at once; queues everything else in the volume FIFO.

@@ -1,25 +1,10 @@
 //! `vhost-iocost bench` as a user runs it: a job file against the daemon, JSON, progress
 //! lines and pictures; and the same job with fio on a plain file when fio is installed.
 
-use crate::daemon::{config, volume, DaemonProcess};
+use crate::daemon::{config, volume, DaemonProcess, SLOW_MODEL};
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Output};
-
-/// The device does 4000 random 4 KiB reads per second by the model, vrate pinned: QoS is
-/// the bottleneck, so weights 100:300 give 1:3 even in a 2-second run.
-const SLOW_MODEL: &str = r#"
-[device.model]
-rbps = 200000000
-rseqiops = 4000
-rrandiops = 4000
-wbps = 200000000
-wseqiops = 4000
-wrandiops = 4000
-[device.qos]
-min = 100.0
-max = 100.0
-"#;
 
 /// Two tenants; `heavy` spreads its requests over two queues.
 const JOB: &str = r#"

@@ -2,7 +2,7 @@
 //! class), a weight change under load, persistence across a restart, and `/metrics`
 //! against what a blkio client did.
 
-use crate::daemon::{config, volume, DaemonProcess};
+use crate::daemon::{config, volume, DaemonProcess, SLOW_MODEL};
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
@@ -334,21 +334,6 @@ fn every_endpoint_answers_and_refuses_bad_input() {
     let (status, _) = d.stop();
     assert!(status.success());
 }
-
-/// A cost model that says the device does 4000 random 4 KiB reads per second, with vrate
-/// pinned at 100 %: QoS, not the machine, is the bottleneck (as in qos.rs).
-const SLOW_MODEL: &str = r#"
-[device.model]
-rbps = 200000000
-rseqiops = 4000
-rrandiops = 4000
-wbps = 200000000
-wseqiops = 4000
-wrandiops = 4000
-[device.qos]
-min = 100.0
-max = 100.0
-"#;
 
 fn tenant(d: &DaemonProcess, name: &str, runtime: Duration) -> TenantSpec {
     TenantSpec {

@@ -143,3 +143,19 @@ pub fn volume(name: &str, offset_mib: u64, size_mib: u64, extra: &str) -> String
         "[[volume]]\nname = \"{name}\"\nsocket = \"{name}.sock\"\noffset = \"{offset_mib}MiB\"\nsize = \"{size_mib}MiB\"\n{extra}\n"
     )
 }
+
+/// A cost model that says the device does 4000 random 4 KiB reads per second, with vrate
+/// pinned at 100 %: QoS, not the machine, is the bottleneck, so shares are exact weights
+/// even in short runs on a busy machine.
+pub const SLOW_MODEL: &str = r#"
+[device.model]
+rbps = 200000000
+rseqiops = 4000
+rrandiops = 4000
+wbps = 200000000
+wseqiops = 4000
+wrandiops = 4000
+[device.qos]
+min = 100.0
+max = 100.0
+"#;

@@ -1,24 +1,9 @@
 //! QoS on the real data path: weights decide the split when the (modelled) device is the
 //! bottleneck.
 
-use crate::daemon::{config, volume, DaemonProcess};
+use crate::daemon::{config, volume, DaemonProcess, SLOW_MODEL};
 use std::time::Duration;
 use vhost_iocost::loadgen::{self, Pattern, TenantSpec};
-
-/// A cost model that says the device does 4000 random 4 KiB reads per second, with vrate
-/// pinned at 100 %: QoS, not the machine, is the bottleneck, so shares are exact weights.
-const SLOW_MODEL: &str = r#"
-[device.model]
-rbps = 200000000
-rseqiops = 4000
-rrandiops = 4000
-wbps = 200000000
-wseqiops = 4000
-wrandiops = 4000
-[device.qos]
-min = 100.0
-max = 100.0
-"#;
 
 fn tenant(d: &DaemonProcess, name: &str) -> TenantSpec {
     TenantSpec {

@@ -251,21 +251,17 @@ fn get_id_and_flush_layouts() {
 
 #[test]
 fn buffers_wrapping_around_the_address_space_are_refused() {
-    let mut l = ChainLayout::default();
-    l.push(0, 16, false).unwrap();
-    assert_eq!(
-        l.push(u64::MAX, 3, true),
-        Err(RequestError::BufferWraps(u64::MAX))
-    );
-    let e = l.push(u64::MAX - 4, 16, false).unwrap_err();
-    assert_eq!(e, RequestError::BufferWraps(u64::MAX - 4));
-    assert_eq!(
-        e.status(),
-        None,
-        "no status byte is trusted in a malformed chain"
-    );
-    assert!(
-        l.push(u64::MAX - 16, 16, true).is_ok(),
-        "ends exactly at the top"
-    );
+    let mut m = Mem::new();
+    m.header(0, VIRTIO_BLK_T_IN, 0);
+    // A wrapping status buffer: there is no status byte to write.
+    let l = layout(&[(0, 16, false), (4096, 512, true), (u64::MAX, 3, true)]);
+    assert_eq!(parse(&l, &LIMITS, m.read()), Err(RequestError::NoStatus));
+    // A wrapping data buffer: IOERR in a valid status byte.
+    let l = layout(&[(0, 16, false), (u64::MAX - 4, 512, true), (100, 1, true)]);
+    let e = parse(&l, &LIMITS, m.read()).unwrap_err();
+    assert_eq!(e, RequestError::BadGuestAddress(u64::MAX - 4));
+    assert_eq!(e.status(), Some(VIRTIO_BLK_S_IOERR as u8));
+    // Ending exactly at the top of the address space is fine for the parser.
+    let l = layout(&[(0, 16, false), (u64::MAX - 512, 512, true), (100, 1, true)]);
+    assert!(parse(&l, &LIMITS, m.read()).is_ok());
 }
