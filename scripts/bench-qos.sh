@@ -10,17 +10,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runtime=${1:-10}
-model=${MODEL:-"rbps = 1500000000
-rseqiops = 110000
-rrandiops = 110000
-wbps = 2000000000
-wseqiops = 100000
-wrandiops = 100000"}
-qos=${QOS:-"rpct = 90.0
-rlat = \"300us\"
-wpct = 95.0
-wlat = \"20ms\"
-min = 5.0"}
 source scripts/lib.sh
 
 bench() { "$bin" bench --runtime "${runtime}s" --ramp 1s "$@" 2>/dev/null | tail -n +2; }

@@ -1,6 +1,20 @@
 # Shared helpers for the benchmark scripts: a temporary work directory and a daemon
 # started from a config text and stopped by PID. Source it after `set -euo pipefail`.
 
+# The cost model measured with fio on the benchmark machine's disk, and the QoS targets of
+# the noisy-neighbour runs (BENCHMARKS.md section 2). MODEL and QOS override them.
+model=${MODEL:-"rbps = 1500000000
+rseqiops = 110000
+rrandiops = 110000
+wbps = 2000000000
+wseqiops = 100000
+wrandiops = 100000"}
+qos=${QOS:-"rpct = 90.0
+rlat = \"300us\"
+wpct = 95.0
+wlat = \"20ms\"
+min = 5.0"}
+
 work=$(mktemp -d /var/tmp/vhost-iocost-bench.XXXXXX)
 daemon_pid=
 cleanup() {
