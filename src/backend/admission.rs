@@ -38,21 +38,6 @@ pub trait Admission: Send + Sync + 'static {
     fn abandon_wait(&self) {}
 }
 
-/// No QoS: every request goes at once.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Unlimited;
-
-impl Admission for Unlimited {
-    type Ticket = ();
-    fn now_ns(&self) -> u64 {
-        monotonic_ns()
-    }
-    fn admit(&self, _io: &IoRequest) -> Decision<()> {
-        Decision::Go(())
-    }
-    fn complete(&self, _ticket: (), _timing: Timing) {}
-}
-
 impl<A: Admission> Admission for std::sync::Arc<A> {
     type Ticket = A::Ticket;
     fn now_ns(&self) -> u64 {
@@ -93,15 +78,4 @@ impl Admission for crate::qos::VolumeQos {
     fn abandon_wait(&self) {
         self.cancel_wait()
     }
-}
-
-/// Monotonic nanoseconds (CLOCK_MONOTONIC), the data path's clock.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
