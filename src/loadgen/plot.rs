@@ -4,7 +4,8 @@
 //! plotters' `ab_glyph` feature), so no system font or fontconfig is needed. The SVG keeps
 //! text as `<text>` elements (the viewer's sans-serif font).
 
-use super::runner::TenantResult;
+use super::runner::{SecondSample, TenantResult};
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
@@ -97,25 +98,7 @@ where
         .y_label_formatter(&|v| format_count(*v))
         .draw()
         .map_err(e)?;
-    for (i, r) in results.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        let points = r.per_second.iter().map(|s| (s.t_s - 0.5, s.iops as f64));
-        chart
-            .draw_series(LineSeries::new(points, color.stroke_width(2)))
-            .map_err(e)?
-            .label(r.name.as_str())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
-            });
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .label_font(("sans-serif", 15))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(e)?;
+    draw_tenant_lines(&mut chart, results, |s| Some(s.iops as f64))?;
 
     let mut chart = ChartBuilder::on(&lower)
         .margin(12)
@@ -138,14 +121,33 @@ where
         .y_label_formatter(&|v| format_us(*v))
         .draw()
         .map_err(e)?;
+    // A second without completions has no latency: leave it out.
+    draw_tenant_lines(&mut chart, results, |s| {
+        (s.p99_us > 0.0).then_some(s.p99_us)
+    })?;
+    root.present().map_err(e)?;
+    Ok(())
+}
+
+/// One line per tenant (`value` picks a sample's y; `None` leaves the sample out), in the
+/// tenant's colour, and the legend with the tenant names.
+fn draw_tenant_lines<'a, DB, Y>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<RangedCoordf64, Y>>,
+    results: &[TenantResult],
+    value: impl Fn(&SecondSample) -> Option<f64>,
+) -> Result<(), String>
+where
+    DB: DrawingBackend + 'a,
+    DB::ErrorType: 'static,
+    Y: Ranged<ValueType = f64>,
+{
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     for (i, r) in results.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
-        // A second without completions has no latency: leave it out.
         let points = r
             .per_second
             .iter()
-            .filter(|s| s.p99_us > 0.0)
-            .map(|s| (s.t_s - 0.5, s.p99_us));
+            .filter_map(|s| value(s).map(|y| (s.t_s - 0.5, y)));
         chart
             .draw_series(LineSeries::new(points, color.stroke_width(2)))
             .map_err(e)?
@@ -162,7 +164,6 @@ where
         .border_style(BLACK)
         .draw()
         .map_err(e)?;
-    root.present().map_err(e)?;
     Ok(())
 }
 
