@@ -60,22 +60,7 @@ echo "== b. noisy neighbour on a 2 GiB file: reader randread 4k QD1, writer writ
 rm -f "$work/disk.img"
 fill_file "$work/disk.img" 2G
 for enable in false true; do
-    start_daemon "[device]
-path = \"disk.img\"
-[device.model]
-$model
-[device.qos]
-enable = $enable
-$qos
-[[volume]]
-name = \"reader\"
-socket = \"reader.sock\"
-size = \"1GiB\"
-[[volume]]
-name = \"writer\"
-socket = \"writer.sock\"
-offset = \"1GiB\"
-size = \"1GiB\""
+    start_daemon "$(noisy_neighbour_config $enable)"
     if [ "$enable" = true ]; then name=noisy-neighbour-qos; label="QoS on"; else name=noisy-neighbour-noqos; label="QoS off"; fi
     echo "-- qos=$enable"
     bench configs/bench/noisy-neighbour.toml "$name" "noisy neighbour, $label"

@@ -39,28 +39,10 @@ done
 
 echo "== 2. noisy neighbour on a 2 GiB file: reader randread 4k QD1, writer write 1M QD8, equal weights"
 fill_file "$work/disk.img" 2G
-file_config() { # $1 = qos enable
-    echo "[device]
-path = \"disk.img\"
-[device.model]
-$model
-[device.qos]
-enable = $1
-$qos
-[[volume]]
-name = \"reader\"
-socket = \"reader.sock\"
-size = \"1GiB\"
-[[volume]]
-name = \"writer\"
-socket = \"writer.sock\"
-offset = \"1GiB\"
-size = \"1GiB\""
-}
 reader="socket=$work/reader.sock,name=reader,rw=randread,bs=4k,iodepth=1"
 writer="socket=$work/writer.sock,name=writer,rw=write,bs=1M,iodepth=8"
 for enable in false true; do
-    start_daemon "$(file_config $enable)"
+    start_daemon "$(noisy_neighbour_config $enable)"
     echo "-- qos=$enable: solo reader, solo writer, then both"
     bench --tenant "$reader"
     bench --tenant "$writer" | tail -1

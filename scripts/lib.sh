@@ -42,6 +42,27 @@ start_daemon() {
 
 stop_daemon() { kill "$daemon_pid"; wait "$daemon_pid" || true; daemon_pid=; }
 
+# noisy_neighbour_config ENABLE: the daemon config of the noisy-neighbour runs: volumes
+# "reader" and "writer" (1 GiB each) on disk.img with $model, and QoS on or off.
+noisy_neighbour_config() {
+    echo "[device]
+path = \"disk.img\"
+[device.model]
+$model
+[device.qos]
+enable = $1
+$qos
+[[volume]]
+name = \"reader\"
+socket = \"reader.sock\"
+size = \"1GiB\"
+[[volume]]
+name = \"writer\"
+socket = \"writer.sock\"
+offset = \"1GiB\"
+size = \"1GiB\""
+}
+
 # fill_file PATH SIZE: writes every block, so reads hit allocated blocks, not holes.
 fill_file() {
     fio --name=fill --filename="$1" --size="$2" --rw=write --bs=1M --direct=1 \
