@@ -27,7 +27,7 @@ pub const PAGE_SHIFT: u32 = 12;
 pub const RANDIO_PAGES: u64 = 4096;
 
 /// The six measured device numbers (all u64, as in `io.cost.model`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LinearParams {
     /// Maximum sequential read bandwidth, bytes/s.
     pub rbps: u64,

@@ -1,6 +1,7 @@
 //! The profiling jobs, and how their results become model coefficients and QoS targets.
 
 use super::Target;
+use crate::cost_model::LinearParams;
 use hdrhistogram::Histogram;
 use std::time::Duration;
 
@@ -112,13 +113,9 @@ impl Plan {
 /// A measured device.
 #[derive(Clone, Debug, Default)]
 pub struct Profile {
-    pub rbps: u64,
-    pub rseqiops: u64,
-    pub rrandiops: u64,
-    /// Zero when writes were not measured.
-    pub wbps: u64,
-    pub wseqiops: u64,
-    pub wrandiops: u64,
+    /// The six coefficients of the linear model; the write ones are zero when writes were
+    /// not measured.
+    pub model: LinearParams,
     /// Latency (µs) of paced random 4 KiB reads / writes at p50, p90, p95, p99.
     pub read_latency_us: [u64; 4],
     pub write_latency_us: [u64; 4],
@@ -143,12 +140,12 @@ pub fn profile(
         };
         let value = (r.iops() * per_second).round() as u64;
         match job.name {
-            "rbps" => p.rbps = value,
-            "rseqiops" => p.rseqiops = value,
-            "rrandiops" => p.rrandiops = value,
-            "wbps" => p.wbps = value,
-            "wseqiops" => p.wseqiops = value,
-            _ => p.wrandiops = value,
+            "rbps" => p.model.rbps = value,
+            "rseqiops" => p.model.rseqiops = value,
+            "rrandiops" => p.model.rrandiops = value,
+            "wbps" => p.model.wbps = value,
+            "wseqiops" => p.model.wseqiops = value,
+            _ => p.model.wrandiops = value,
         }
     }
     // Latency at a high but sustainable load: 90 % of the random IOPS just measured.
@@ -160,9 +157,13 @@ pub fn profile(
         duration: plan.duration,
         rate_iops: Some(iops as f64 * 0.9),
     };
-    let mut jobs = vec![paced("read latency", Pattern::RandRead, p.rrandiops)];
+    let mut jobs = vec![paced("read latency", Pattern::RandRead, p.model.rrandiops)];
     if plan.writes {
-        jobs.push(paced("write latency", Pattern::RandWrite, p.wrandiops));
+        jobs.push(paced(
+            "write latency",
+            Pattern::RandWrite,
+            p.model.wrandiops,
+        ));
     }
     for job in jobs {
         let r = target.run(&job, &mut |f| report(job.name, f.min(0.99)))?;
@@ -196,18 +197,18 @@ impl Profile {
             let _ = writeln!(out, "# {line}");
         }
         let _ = writeln!(out, "[device.model]");
-        let _ = writeln!(out, "rbps = {}", self.rbps);
-        let _ = writeln!(out, "rseqiops = {}", self.rseqiops);
-        let _ = writeln!(out, "rrandiops = {}", self.rrandiops);
-        let writes = self.wbps > 0;
+        let _ = writeln!(out, "rbps = {}", self.model.rbps);
+        let _ = writeln!(out, "rseqiops = {}", self.model.rseqiops);
+        let _ = writeln!(out, "rrandiops = {}", self.model.rrandiops);
+        let writes = self.model.wbps > 0;
         let w = if writes {
             ""
         } else {
             "# not measured (needs --destructive): "
         };
-        let _ = writeln!(out, "{w}wbps = {}", self.wbps);
-        let _ = writeln!(out, "{w}wseqiops = {}", self.wseqiops);
-        let _ = writeln!(out, "{w}wrandiops = {}", self.wrandiops);
+        let _ = writeln!(out, "{w}wbps = {}", self.model.wbps);
+        let _ = writeln!(out, "{w}wseqiops = {}", self.model.wseqiops);
+        let _ = writeln!(out, "{w}wrandiops = {}", self.model.wrandiops);
         let _ = writeln!(out, "\n[device.qos]");
         let _ = writeln!(out, "rpct = {rpct:.1}");
         let _ = writeln!(out, "rlat = \"{rlat}us\"");
@@ -262,12 +263,12 @@ mod tests {
             };
             let p = profile(&mut target, &plan, &mut |_, _| {}).unwrap();
             let pairs = [
-                ("rbps", p.rbps, truth.rbps),
-                ("rseqiops", p.rseqiops, truth.rseqiops),
-                ("rrandiops", p.rrandiops, truth.rrandiops),
-                ("wbps", p.wbps, truth.wbps),
-                ("wseqiops", p.wseqiops, truth.wseqiops),
-                ("wrandiops", p.wrandiops, truth.wrandiops),
+                ("rbps", p.model.rbps, truth.rbps),
+                ("rseqiops", p.model.rseqiops, truth.rseqiops),
+                ("rrandiops", p.model.rrandiops, truth.rrandiops),
+                ("wbps", p.model.wbps, truth.wbps),
+                ("wseqiops", p.model.wseqiops, truth.wseqiops),
+                ("wrandiops", p.model.wrandiops, truth.wrandiops),
             ];
             for (name, got, want) in pairs {
                 let err = (got as f64 - want as f64).abs() / want as f64;
@@ -293,8 +294,10 @@ mod tests {
         assert_eq!(suggest_qos(&p, false), (95.0, 450, 95.0, 4500));
         assert_eq!(suggest_qos(&p, true), (50.0, 150, 50.0, 1500));
         let text = Profile {
-            rbps: 1,
-            wbps: 0,
+            model: LinearParams {
+                rbps: 1,
+                ..LinearParams::default()
+            },
             ..p
         }
         .to_toml(false, "x");
