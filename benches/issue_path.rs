@@ -3,6 +3,9 @@
 //! * `admit_complete`: one `VolumeQos::admit` (Go, fast path) plus its `complete`, on
 //!   the real monotonic clock with a budget that never runs out (vrate at its maximum
 //!   and a cheap model), i.e. the per-request overhead the data path pays.
+//! * `admit_complete_batch32`: the same as the data path calls it, per batch of 32: one
+//!   clock read, 32 `admit_at`, one `complete_batch` of 32. Criterion reports the time
+//!   per batch; divide by 32 for the cost per request.
 //! * `plan_10k_volumes`: one `QosDevice::plan` with 10 000 active volumes, each with a
 //!   request in flight, on a manual clock advanced by one period before each run.
 
@@ -13,10 +16,13 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use vhost_iocost::cost_model::{ModelConfig, Preset};
 use vhost_iocost::qos::{
-    Admission, Charge, IoKind, IoRequest, ManualClock, MonotonicClock, QosConfig, QosDevice,
+    Admission, Charge, Clock, IoKind, IoRequest, ManualClock, MonotonicClock, QosConfig, QosDevice,
+    Timing, VolumeQos,
 };
 
-fn admit_complete(c: &mut Criterion) {
+/// A device whose budget never runs out (vrate at its maximum, a cheap model) with two
+/// volumes; returns both and the clock.
+fn unthrottled_volume() -> (Arc<VolumeQos>, Arc<VolumeQos>, Arc<MonotonicClock>) {
     let model = ModelConfig {
         preset: Preset::FastSsd,
         ..Default::default()
@@ -26,13 +32,44 @@ fn admit_complete(c: &mut Criterion) {
         max: 10_000.0,
         ..QosConfig::default()
     };
-    let dev = QosDevice::new(
-        model.build_boxed().unwrap(),
-        &qos,
-        Arc::new(MonotonicClock::new()),
-    );
+    let clock = Arc::new(MonotonicClock::new());
+    let dev = QosDevice::new(model.build_boxed().unwrap(), &qos, clock.clone());
     let vol = dev.add_volume("v", None, 100).unwrap();
-    let _other = dev.add_volume("w", None, 100).unwrap();
+    let other = dev.add_volume("w", None, 100).unwrap();
+    (vol, other, clock)
+}
+
+fn admit_complete_batch32(c: &mut Criterion) {
+    let (vol, _other, clock) = unthrottled_volume();
+    let mut offset = 0u64;
+    let mut done = Vec::with_capacity(32);
+    c.bench_function("admit_complete_batch32", |b| {
+        b.iter(|| {
+            let now = clock.now_ns();
+            for _ in 0..32 {
+                offset = (offset + 4096) % (1 << 30);
+                let io = IoRequest {
+                    kind: IoKind::Read,
+                    offset,
+                    len: 4096,
+                };
+                if let Admission::Go(ch) = vol.admit_at(black_box(&io), now) {
+                    let timing = Timing {
+                        admitted_ns: now,
+                        submitted_ns: now,
+                        completed_ns: now + 1,
+                    };
+                    done.push((ch, timing));
+                }
+            }
+            vol.complete_batch(black_box(&done));
+            done.clear();
+        })
+    });
+}
+
+fn admit_complete(c: &mut Criterion) {
+    let (vol, _other, _clock) = unthrottled_volume();
     let mut offset = 0u64;
     c.bench_function("admit_complete", |b| {
         b.iter(|| {
@@ -103,6 +140,6 @@ fn plan_10k(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default().measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
-    targets = admit_complete, plan_10k
+    targets = admit_complete, admit_complete_batch32, plan_10k
 }
 criterion_main!(benches);

@@ -28,10 +28,12 @@ command -v fio >/dev/null || { echo "fio is required (apt-get install fio)"; exi
 cargo build --release --quiet
 bin=$PWD/target/release/vhost-iocost
 
-# start_daemon CONFIG_TEXT: runs the daemon in $work until it logs that it is serving.
+# start_daemon CONFIG_TEXT [WRAPPER...]: runs the daemon in $work (under WRAPPER, e.g.
+# `taskset -c 1`) until it logs that it is serving.
 start_daemon() {
     printf '%s\n' "$1" > "$work/config.toml"
-    (cd "$work" && exec "$bin" run --config config.toml 2>"$work/daemon.log") &
+    shift
+    (cd "$work" && exec "$@" "$bin" run --config config.toml 2>"$work/daemon.log") &
     daemon_pid=$!
     for _ in $(seq 100); do
         grep -q 'vhost-iocost running' "$work/daemon.log" 2>/dev/null && return

@@ -106,6 +106,8 @@ pub struct Worker<A: Admission> {
     /// arrays returned by completed requests.
     reaped: Vec<(u64, i32)>,
     layout: ChainLayout,
+    /// Completions to report to admission control, once per pump (see `settle`).
+    settled: Vec<(A::Ticket, Timing)>,
     iovec_pool: IovecPool,
 }
 
@@ -145,6 +147,7 @@ impl<A: Admission> Worker<A> {
             warn: RateLimiter::new(Duration::from_secs(1)),
             reaped: Vec::with_capacity(depth.min(4096) as usize),
             layout: ChainLayout::default(),
+            settled: Vec::with_capacity(depth.min(4096) as usize),
             iovec_pool: IovecPool::default(),
             volume,
         })
@@ -257,8 +260,17 @@ impl<A: Admission> Worker<A> {
                 break;
             }
         }
+        self.settle();
         self.notify_guest();
         Ok(())
+    }
+
+    /// Reports the completions gathered since the last call to admission control.
+    fn settle(&mut self) {
+        if !self.settled.is_empty() {
+            self.volume.admission.complete(&self.settled);
+            self.settled.clear();
+        }
     }
 
     /// Pops and handles every available chain of `queue`; returns how many it popped.
@@ -459,7 +471,7 @@ impl<A: Admission> Worker<A> {
         let now = admission.now_ns();
         while let Some(head) = self.fifo.front_mut() {
             if head.ticket.is_none() {
-                match admission.admit(&head.io) {
+                match admission.admit(&head.io, now) {
                     Decision::Go(t) => {
                         head.ticket = Some(t);
                         head.admitted_ns = now;
@@ -823,7 +835,7 @@ impl<A: Admission> Worker<A> {
         vol.shared.slots.release();
         record.timing.completed_ns = now_ns;
         if let Some(ticket) = record.ticket.take() {
-            vol.admission.complete(ticket, record.timing);
+            self.settled.push((ticket, record.timing));
         }
         if record.bounce.is_none() {
             record.iovecs.clear();
@@ -878,6 +890,7 @@ impl<A: Admission> Drop for Worker<A> {
     /// buffers owned by in-flight records: wait for every completion before freeing them.
     /// QoS hears about every admitted request, so the volume can go idle.
     fn drop(&mut self) {
+        self.settle();
         let admission = &self.volume.admission;
         while self.in_flight_count > 0 {
             if let Err(e) = self.engine.wait_for_completion() {
@@ -889,6 +902,7 @@ impl<A: Admission> Drop for Worker<A> {
             }
             let mut done = Vec::new();
             self.engine.reap_into(&mut done);
+            let now = admission.now_ns();
             for (user_data, _) in done {
                 let Some(record) = self
                     .inflight
@@ -901,10 +915,10 @@ impl<A: Admission> Drop for Worker<A> {
                 self.volume.shared.slots.release();
                 if let Some(ticket) = record.ticket {
                     let timing = Timing {
-                        completed_ns: admission.now_ns(),
+                        completed_ns: now,
                         ..record.timing
                     };
-                    admission.complete(ticket, timing);
+                    self.settled.push((ticket, timing));
                 }
             }
         }
@@ -917,9 +931,10 @@ impl<A: Admission> Drop for Worker<A> {
                     submitted_ns: now,
                     completed_ns: now,
                 };
-                admission.complete(ticket, timing);
+                self.settled.push((ticket, timing));
             }
         }
+        admission.complete(&self.settled);
         admission.abandon_wait();
     }
 }

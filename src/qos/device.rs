@@ -114,7 +114,11 @@ impl DeviceShared {
 
     /// Consistent wall + virtual time snapshot (spec E.1).
     pub(crate) fn now(&self) -> Now {
-        let now_ns = self.clock.now_ns();
+        self.now_at(self.clock.now_ns())
+    }
+
+    /// Both clocks at a wall-clock reading taken by the caller.
+    pub(crate) fn now_at(&self, now_ns: u64) -> Now {
         Now {
             now_ns,
             vnow: self.vclock.vnow_at(now_ns),

@@ -77,7 +77,7 @@ pub use config::{DurationUs, QosConfig};
 pub use device::{NodeInfo, QosDevice};
 pub use error::QosError;
 pub use params::QosParams;
-pub use request::{Admission, Charge, IoRequest};
+pub use request::{Admission, Charge, IoRequest, Timing};
 pub use stats::{DeviceStats, LatencyHistogram, PeriodRecord, VolumeStats};
 pub use volume::VolumeQos;
 pub use weights::{WEIGHT_DEFAULT, WEIGHT_MAX, WEIGHT_MIN};

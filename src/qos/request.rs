@@ -31,6 +31,17 @@ pub struct Charge {
     pub abs_cost: u64,
 }
 
+/// When an admitted request passed each stage, in ns on the QoS clock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Timing {
+    /// Admitted (any throttling wait ends here).
+    pub admitted_ns: u64,
+    /// Got a device slot and was submitted (device-queue wait ends here).
+    pub submitted_ns: u64,
+    /// The device completed it.
+    pub completed_ns: u64,
+}
+
 /// The issue decision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Admission {

@@ -34,16 +34,6 @@ pub struct VolumeStats {
     pub wait_us: u64,
     /// Requests that had to wait at least once (FIFO heads seen by the core).
     pub throttled: u64,
-    /// Reads admitted.
-    pub read_ios: u64,
-    /// Bytes read admitted.
-    pub read_bytes: u64,
-    /// Writes admitted.
-    pub write_ios: u64,
-    /// Bytes written admitted.
-    pub write_bytes: u64,
-    /// Flush, discard and write-zeroes requests admitted.
-    pub other_ios: u64,
     /// Reads and writes that met the latency target (device latency minus transfer time).
     pub lat_met: u64,
     /// Reads and writes that missed it.
