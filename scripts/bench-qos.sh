@@ -5,6 +5,8 @@
 #  2. noisy neighbour on a real file: a QD1 4 KiB random reader next to a 1 MiB sequential
 #     writer at equal weights, solo and together, without and with QoS.
 #   usage: scripts/bench-qos.sh [RUNTIME_SECONDS]      (needs: fio)
+#   CPUS=1 scripts/bench-qos.sh ...   pins daemon and clients to the given CPU list
+#                                     (`taskset -c`); default: not pinned
 # MODEL overrides the [device.model] keys for the file runs (default: this machine's
 # measured coefficients, see BENCHMARKS.md).
 set -euo pipefail
@@ -12,10 +14,12 @@ cd "$(dirname "$0")/.."
 runtime=${1:-10}
 source scripts/lib.sh
 
-bench() { "$bin" bench --runtime "${runtime}s" --ramp 1s "$@" 2>/dev/null | tail -n +2; }
+pin=()
+if [ -n "${CPUS:-}" ]; then pin=(taskset -c "$CPUS"); fi
+bench() { "${pin[@]}" "$bin" bench --runtime "${runtime}s" --ramp 1s "$@" 2>/dev/null | tail -n +2; }
 
-echo "== 1. null device, 4 KiB randread QD32, runtime ${runtime}s"
-for enable in false true false true; do
+echo "== 1. null device, 4 KiB randread QD32, runtime ${runtime}s, CPUs ${CPUS:-not pinned}"
+for enable in false true false true false true; do
     # A model far faster than the daemon can go: budgets never bind, so this measures the
     # cost of pricing and admitting every request, not throttling.
     start_daemon "[device]
@@ -32,17 +36,22 @@ enable = $enable
 [[volume]]
 name = \"n\"
 socket = \"n.sock\"
-size = \"1GiB\""
-    printf 'qos=%-5s ' "$enable"; bench --tenant "socket=$work/n.sock,rw=randread,bs=4k,iodepth=32"
+size = \"1GiB\"" "${pin[@]}"
+    printf 'qos=%-5s ' "$enable"
+    bench --tenant "socket=$work/n.sock,rw=randread,bs=4k,iodepth=32" | tee -a "$work/null.txt"
     stop_daemon
 done
+# Each "on" run against the "off" run just before it.
+awk '{iops[NR] = $5} END {
+    for (i = 2; i <= NR; i += 2) { r = iops[i] / iops[i - 1]; printf "%s%.3f", (i > 2 ? " " : "QoS on/off IOPS per pair: "), r }
+    print "  (target >= 0.97)" }' "$work/null.txt"
 
 echo "== 2. noisy neighbour on a 2 GiB file: reader randread 4k QD1, writer write 1M QD8, equal weights"
 fill_file "$work/disk.img" 2G
 reader="socket=$work/reader.sock,name=reader,rw=randread,bs=4k,iodepth=1"
 writer="socket=$work/writer.sock,name=writer,rw=write,bs=1M,iodepth=8"
 for enable in false true; do
-    start_daemon "$(noisy_neighbour_config $enable)"
+    start_daemon "$(noisy_neighbour_config $enable)" "${pin[@]}"
     echo "-- qos=$enable: solo reader, solo writer, then both"
     bench --tenant "$reader"
     bench --tenant "$writer" | tail -1

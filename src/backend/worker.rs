@@ -322,6 +322,15 @@ impl<A: Admission> Worker<A> {
                 Err(e) => self.refuse(queue, head, &layout, e, mem),
             }
             self.layout = layout;
+            // Start the device early: the requests accepted so far go to the kernel after
+            // the 1st, 2nd, 4th, 8th... chain of a batch, so the device works on the first
+            // ones while the rest are parsed instead of idling until the whole batch has
+            // been handled; the extra syscalls grow only with the log of the batch.
+            // (QD32 on the benchmark VM: 0.83-0.86 of fio's IOPS without, 0.91-0.93 with.)
+            if popped.is_power_of_two() {
+                self.dispatch()?;
+                self.engine.submit()?;
+            }
         }
     }
 
