@@ -25,7 +25,9 @@
 //!
 //! * The **issue path** ([`VolumeQos::admit`]) runs per request, takes no lock in the
 //!   common case, and answers "go now (charged)" or "wait until t". The data path parks
-//!   waiting requests in a per-volume FIFO; the core never queues.
+//!   waiting requests in a per-volume FIFO; the core never queues. The data path calls
+//!   it in batches: [`VolumeQos::admit_at`] with one clock reading per batch, and
+//!   [`VolumeQos::complete_batch`] once per batch of completions.
 //! * The **planner** ([`QosDevice::plan`], implemented in [`crate::planner`]) runs once
 //!   per period. It measures how much of its budget each volume used, lets volumes that
 //!   do not need their share *donate* it to those that do (by lowering their `inuse`
