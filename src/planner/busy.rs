@@ -9,7 +9,9 @@
 //!   allows, in either direction.
 //! * Clearly not saturated: every signal below 75 % of its threshold. If some volume is
 //!   short of budget, count down (unless IO is lagging, which blocks increases); if
-//!   nobody is short, there is nothing to gain: coast at 0.
+//!   nobody is short, there is nothing to gain: coast at 0. Deviation: while someone is
+//!   short, a device queue building up near the latency target (see [`super::queue`])
+//!   counts as saturated, and its hysteresis band holds at 0.
 //! * In between: hold at 0 (hysteresis band).
 //!
 //! J.1 guard: a period in which nothing completed while IO was lagging says nothing
@@ -17,6 +19,7 @@
 //! reset by a meaningless "all targets met".
 
 use super::lat_stat::LatStat;
+use super::queue::Queue;
 
 /// rq-wait above this percentage of the period means saturated.
 pub const RQ_WAIT_BUSY_PCT: u32 = 5;
@@ -33,7 +36,13 @@ pub(crate) struct Demand {
 }
 
 /// The next busy_level. `ppm_thr` = `[1e6 − rppm, 1e6 − wppm]`.
-pub(crate) fn next_busy_level(busy: i32, lat: &LatStat, demand: &Demand, ppm_thr: [u32; 2]) -> i32 {
+pub(crate) fn next_busy_level(
+    busy: i32,
+    lat: &LatStat,
+    queue: Queue,
+    demand: &Demand,
+    ppm_thr: [u32; 2],
+) -> i32 {
     let [rthr, wthr] = ppm_thr;
     let [rmiss, wmiss] = lat.missed_ppm;
     let next = if lat.nr_done == 0 && demand.nr_lagging > 0 {
@@ -44,7 +53,13 @@ pub(crate) fn next_busy_level(busy: i32, lat: &LatStat, demand: &Demand, ppm_thr
         && u64::from(rmiss) <= u64::from(rthr) * u64::from(UNBUSY_THR_PCT) / 100
         && u64::from(wmiss) <= u64::from(wthr) * u64::from(UNBUSY_THR_PCT) / 100
     {
-        if demand.nr_shortages > 0 {
+        if demand.nr_shortages > 0 && queue == Queue::Building {
+            // Short of budget, but the device is queueing already: back off before the
+            // percentile misses.
+            busy.max(0) + 1
+        } else if demand.nr_shortages > 0 && queue == Queue::Unclear {
+            0
+        } else if demand.nr_shortages > 0 {
             let b = busy.min(0);
             if demand.nr_lagging == 0 {
                 b - 1
@@ -69,6 +84,7 @@ mod tests {
             missed_ppm: [missed_r, 0],
             rq_wait_pct: rq,
             nr_done: 100,
+            ..LatStat::default()
         }
     }
 
@@ -77,10 +93,16 @@ mod tests {
     #[test]
     fn counts_up_when_saturated() {
         let d = Demand::default();
-        assert_eq!(next_busy_level(0, &lat(60_000, 0), &d, THR), 1);
-        assert_eq!(next_busy_level(-7, &lat(0, 6), &d, THR), 1);
-        assert_eq!(next_busy_level(5, &lat(0, 6), &d, THR), 6);
-        assert_eq!(next_busy_level(1000, &lat(0, 6), &d, THR), 1000);
+        assert_eq!(
+            next_busy_level(0, &lat(60_000, 0), Queue::Clear, &d, THR),
+            1
+        );
+        assert_eq!(next_busy_level(-7, &lat(0, 6), Queue::Clear, &d, THR), 1);
+        assert_eq!(next_busy_level(5, &lat(0, 6), Queue::Clear, &d, THR), 6);
+        assert_eq!(
+            next_busy_level(1000, &lat(0, 6), Queue::Clear, &d, THR),
+            1000
+        );
     }
 
     #[test]
@@ -89,19 +111,37 @@ mod tests {
             nr_shortages: 1,
             nr_lagging: 0,
         };
-        assert_eq!(next_busy_level(3, &lat(0, 0), &short, THR), -1);
-        assert_eq!(next_busy_level(-3, &lat(37_500, 3), &short, THR), -4);
+        assert_eq!(
+            next_busy_level(3, &lat(0, 0), Queue::Clear, &short, THR),
+            -1
+        );
+        assert_eq!(
+            next_busy_level(-3, &lat(37_500, 3), Queue::Clear, &short, THR),
+            -4
+        );
         // Hysteresis band: above 75 % of a threshold but not over it.
-        assert_eq!(next_busy_level(-3, &lat(40_000, 0), &short, THR), 0);
-        assert_eq!(next_busy_level(-3, &lat(0, 4), &short, THR), 0);
+        assert_eq!(
+            next_busy_level(-3, &lat(40_000, 0), Queue::Clear, &short, THR),
+            0
+        );
+        assert_eq!(
+            next_busy_level(-3, &lat(0, 4), Queue::Clear, &short, THR),
+            0
+        );
         // Nobody short: coast.
-        assert_eq!(next_busy_level(-9, &lat(0, 0), &Demand::default(), THR), 0);
+        assert_eq!(
+            next_busy_level(-9, &lat(0, 0), Queue::Clear, &Demand::default(), THR),
+            0
+        );
         // Lagging IO blocks the count-down without resetting the streak.
         let lagging = Demand {
             nr_shortages: 1,
             nr_lagging: 2,
         };
-        assert_eq!(next_busy_level(-9, &lat(0, 0), &lagging, THR), -9);
+        assert_eq!(
+            next_busy_level(-9, &lat(0, 0), Queue::Clear, &lagging, THR),
+            -9
+        );
     }
 
     #[test]
@@ -111,7 +151,23 @@ mod tests {
             nr_lagging: 1,
         };
         let empty = LatStat::default();
-        assert_eq!(next_busy_level(9, &empty, &d, THR), 4);
-        assert_eq!(next_busy_level(-2, &empty, &d, THR), -2);
+        assert_eq!(next_busy_level(9, &empty, Queue::Clear, &d, THR), 4);
+        assert_eq!(next_busy_level(-2, &empty, Queue::Clear, &d, THR), -2);
+    }
+
+    #[test]
+    fn a_building_queue_stops_the_ramp_and_backs_off() {
+        let short = Demand {
+            nr_shortages: 1,
+            nr_lagging: 0,
+        };
+        let met = lat(0, 0);
+        assert_eq!(next_busy_level(-6, &met, Queue::Clear, &short, THR), -7);
+        assert_eq!(next_busy_level(-6, &met, Queue::Unclear, &short, THR), 0);
+        assert_eq!(next_busy_level(-6, &met, Queue::Building, &short, THR), 1);
+        assert_eq!(next_busy_level(2, &met, Queue::Building, &short, THR), 3);
+        // Nobody short: nothing to push, nothing to back off from.
+        let idle = Demand::default();
+        assert_eq!(next_busy_level(2, &met, Queue::Building, &idle, THR), 0);
     }
 }

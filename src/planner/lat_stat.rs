@@ -19,6 +19,9 @@ pub(crate) struct LatStat {
     pub rq_wait_pct: u32,
     /// Reads and writes completed.
     pub nr_done: u64,
+    /// `[read, write]` mean device latency minus transfer time, µs (0 without
+    /// completions).
+    pub mean_lat_us: [u64; 2],
 }
 
 /// Collect and reset-by-snapshot the counters of the active volumes.
@@ -26,6 +29,7 @@ pub(crate) fn collect(st: &mut DeviceState, elapsed_ns: u64) -> LatStat {
     let mut met = [0u64; 2];
     let mut missed = [0u64; 2];
     let mut rq_wait_ns = 0u64;
+    let mut lat_sum_us = [0u64; 2];
     // Only active volumes can have completed anything since the last run: a volume is
     // deactivated only after a whole period with nothing in flight, and this runs
     // before deactivation.
@@ -39,6 +43,9 @@ pub(crate) fn collect(st: &mut DeviceState, elapsed_ns: u64) -> LatStat {
             missed[rw] += u64::from(x.wrapping_sub(node.last_missed[rw]));
             node.last_met[rw] = m;
             node.last_missed[rw] = x;
+            let l = v.lat.lat_sum_us[rw].load(Relaxed);
+            lat_sum_us[rw] += l.wrapping_sub(node.last_lat_sum_us[rw]);
+            node.last_lat_sum_us[rw] = l;
         }
         let w = v.lat.rq_wait_ns.load(Relaxed);
         rq_wait_ns = rq_wait_ns.saturating_add(w.wrapping_sub(node.last_rq_wait_ns));
@@ -53,9 +60,11 @@ pub(crate) fn collect(st: &mut DeviceState, elapsed_ns: u64) -> LatStat {
     }
     let rq_wait_pct = (u128::from(rq_wait_ns) * 100 / u128::from(elapsed_ns.max(1)))
         .min(u128::from(u32::MAX)) as u32;
+    let mean = |rw: usize| lat_sum_us[rw] / (met[rw] + missed[rw]).max(1);
     LatStat {
         missed_ppm,
         rq_wait_pct,
         nr_done: met[0] + met[1] + missed[0] + missed[1],
+        mean_lat_us: [mean(0), mean(1)],
     }
 }

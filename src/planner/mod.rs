@@ -28,6 +28,7 @@ pub(crate) mod classify;
 pub(crate) mod donation;
 pub(crate) mod idle;
 pub(crate) mod lat_stat;
+pub(crate) mod queue;
 pub(crate) mod usage;
 pub(crate) mod vrate;
 
@@ -123,7 +124,13 @@ pub(crate) fn plan(dev: &DeviceShared) -> u64 {
     st.tree.commit_weights(&dev.hweight_gen);
     st.scratch.surpluses.clear();
 
-    st.busy_level = busy::next_busy_level(st.busy_level, &lat, &demand, ctx.ppm_thr);
+    let queue = st.lat_floors.observe(
+        lat.mean_lat_us,
+        ctx.ppm_thr,
+        [params.rlat_us, params.wlat_us],
+        now.now_ns,
+    );
+    st.busy_level = busy::next_busy_level(st.busy_level, &lat, queue, &demand, ctx.ppm_thr);
     let vrate_before = st.vtime_base_rate;
     vrate::adjust_base_vrate(dev, st, demand.nr_lagging);
 

@@ -61,6 +61,8 @@ pub(crate) struct DeviceState {
     /// Discarded vtime awaiting compensation (negative = lost).
     pub vtime_err: i64,
     pub busy_level: i32,
+    /// Lowest recent per-period mean device latency (see `planner::queue`).
+    pub lat_floors: crate::planner::queue::LatFloors,
     pub margins: Margins,
     pub last: PeriodRecord,
     /// Planner scratch buffers, kept to avoid allocating every period.
@@ -215,6 +217,7 @@ impl QosDevice {
             vtime_rate: rate,
             vtime_err: 0,
             busy_level: 0,
+            lat_floors: Default::default(),
             margins,
             last: PeriodRecord::default(),
             scratch: crate::planner::Scratch::default(),

@@ -46,6 +46,8 @@ pub(crate) struct LatCounters {
     pub nr_met: [AtomicU32; 2],
     pub nr_missed: [AtomicU32; 2],
     pub rq_wait_ns: AtomicU64,
+    /// `[read, write]` Σ device latency (admitted → completed) minus transfer time, µs.
+    pub lat_sum_us: [AtomicU64; 2],
 }
 
 /// Monotonic per-volume counters for statistics. (Requests and bytes are counted by the
@@ -254,7 +256,7 @@ impl VolumeQos {
         let dev = &*self.dev;
         let v = &*self.core;
         let cfg = dev.cfg();
-        let (mut cost, mut rq_wait_ns) = (0u64, 0u64);
+        let (mut cost, mut rq_wait_ns, mut lat_sum_us) = (0u64, 0u64, [0u64; 2]);
         let (mut met, mut missed) = ([0u32; 2], [0u32; 2]);
         let period = dev.cur_period.load(Relaxed);
         let mut h = v.hist.lock().unwrap_or_else(|e| e.into_inner());
@@ -279,6 +281,7 @@ impl VolumeQos {
                 missed[rw] += 1;
             }
             rq_wait_ns += t.submitted_ns.saturating_sub(t.admitted_ns);
+            lat_sum_us[rw] += on_q_ns.saturating_sub(size_ns) / 1000;
         }
         drop(h);
         if cost != 0 {
@@ -301,6 +304,11 @@ impl VolumeQos {
         }
         if rq_wait_ns != 0 {
             v.lat.rq_wait_ns.fetch_add(rq_wait_ns, Relaxed);
+        }
+        for (counter, sum) in v.lat.lat_sum_us.iter().zip(lat_sum_us) {
+            if sum != 0 {
+                counter.fetch_add(sum, Relaxed);
+            }
         }
     }
 

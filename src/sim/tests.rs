@@ -270,24 +270,12 @@ fn vrate_falls_when_the_model_is_too_optimistic_until_latency_holds() {
         "mean vrate {mean:.0} ppm\n{}",
         r.report()
     );
-    // The kernel's controller limit-cycles around the saturation point: the p95 target
-    // holds in most planning periods, not in all of them (see the report of issue #3).
-    let periods: Vec<_> = r
-        .trace
-        .iter()
-        .filter(|t| t.at_ns >= from && t.at_ns < to)
-        .collect();
-    let met = periods.iter().filter(|t| t.missed_ppm[0] <= 50_000).count();
-    assert!(
-        met * 2 >= periods.len(),
-        "p95 met in {met} of {} periods\n{}",
-        periods.len(),
-        r.report()
-    );
-    let p50 = r.qos_latency_ns(50.0, from, to).unwrap_or(u64::MAX);
-    assert!(p50 <= 2 * MS, "p50 {p50} ns\n{}", r.report());
-    // Without QoS the disk queue fills up and the target is missed by far.
+    // The latency target holds at its percentile over the whole second. (The kernel's
+    // controller alone limit-cycles around saturation here, p95 4.9 ms; the queue guard
+    // of `planner::queue` holds it.)
     let p95 = r.qos_latency_ns(95.0, from, to).unwrap_or(u64::MAX);
+    assert!(p95 <= 2 * MS, "p95 {p95} ns\n{}", r.report());
+    // Without QoS the disk queue fills up and the target is missed by far.
     let p95_free = free.qos_latency_ns(95.0, from, to).unwrap_or(0);
     assert!(
         p95_free > 6 * MS && p95 * 2 < p95_free,
@@ -345,8 +333,10 @@ fn steady_load_does_not_make_vrate_oscillate() {
     let (first, second) = (r.vrates(SEC, 2 * SEC), r.vrates(2 * SEC, 3 * SEC));
     let spread =
         |x: &[u64]| *x.iter().max().unwrap_or(&0) as f64 - *x.iter().min().unwrap_or(&0) as f64;
+    // A swing within 10 % of the mean is not growing oscillation (the queue guard of
+    // `planner::queue` can hold vrate flat for a second and then correct it by 2 %).
     assert!(
-        spread(&second) <= 1.2 * spread(&first),
+        spread(&second) <= (1.2 * spread(&first)).max(0.1 * mean),
         "the swing grows\n{}",
         r.report()
     );
