@@ -5,7 +5,9 @@
 //! see [`crate::qos::params`]), under the device lock:
 //!
 //! 1. **Signals** ([`lat_stat`]): share of completions that missed the latency target,
-//!    and time requests spent waiting for a device slot.
+//!    time requests spent waiting for a device slot, and mean latency, which
+//!    [`queue`] compares with its recent floor (a deviation: an earlier sign of
+//!    saturation than the percentile).
 //! 2. **Idle volumes** ([`idle`]): a volume that neither issued nor had anything in
 //!    flight for a whole period leaves the weight tree; its share goes to its siblings.
 //! 3. **Usage** ([`usage`]): device time each volume consumed this period.
@@ -16,8 +18,9 @@
 //!    lowered so that their hweights hit the targets and the freed share flows to the
 //!    others in proportion to their weights. A donor that needs its share back takes it
 //!    back on the issue path at once.
-//! 6. **busy_level** ([`busy`]): saturated periods count up, starved ones (volumes
-//!    short while the device has slack) count down.
+//! 6. **busy_level** ([`busy`]): saturated periods (misses, slot waits, or a device
+//!    queue building near the target) count up, starved ones (volumes short while the
+//!    device has slack) count down.
 //! 7. **vrate** ([`vrate`]): the base rate moves by a step that grows with the streak,
 //!    within the configured bounds; discarded budget is compensated.
 //!
