@@ -65,6 +65,10 @@ pub struct PeriodRecord {
     pub missed_ppm: [u32; 2],
     /// Time requests waited for a device slot, percent of the period (can exceed 100).
     pub rq_wait_pct: u32,
+    /// Mean device latency minus transfer time, µs, `[read, write]` (0: none completed).
+    pub mean_lat_us: [u64; 2],
+    /// The queue guard saw latency building up near the target (see `planner::queue`).
+    pub queue_building: bool,
     /// Reads and writes completed in the period.
     pub nr_done: u64,
     /// Volumes with IO in flight for more than a period.
