@@ -3,14 +3,17 @@
 #  1. null device, one volume, 4 KiB randread QD32: QoS on versus off (the cost of the
 #     admission path);
 #  2. noisy neighbour on a real file: a QD1 4 KiB random reader next to a 1 MiB sequential
-#     writer at equal weights, solo and together, without and with QoS.
+#     writer at equal weights, solo and together, without and with QoS; then fio directly
+#     on the file with the writer rate-capped at what it got with QoS (the disk's limit).
 #   usage: scripts/bench-qos.sh [RUNTIME_SECONDS]      (needs: fio)
 #   CPUS=1 scripts/bench-qos.sh ...   pins daemon and clients to the given CPU list
 #                                     (`taskset -c`); default: not pinned
 #   SECTION=2 ...                     runs only that section
 #   WRITER_BS=256k WRITER_QD=8 ...    the noisy neighbour's writer (default 1M, 8)
-# MODEL overrides the [device.model] keys for the file runs (default: this machine's
-# measured coefficients, see BENCHMARKS.md).
+#   PROFILE=1 ...                     section 2 profiles the disk first (`vhost-iocost
+#                                     profile --quick`) and uses its model and read target
+# MODEL overrides the [device.model] keys and QOS the [device.qos] keys of the file runs
+# (default: the coefficients measured on the benchmark machine, see BENCHMARKS.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runtime=${1:-10}
@@ -57,16 +60,40 @@ fi
 
 if [ "$section" = all ] || [ "$section" = 2 ]; then
 echo "== 2. noisy neighbour on a 2 GiB file: reader randread 4k QD1, writer write $wbs QD$wqd, equal weights"
+if [ -n "${PROFILE:-}" ]; then
+    # The operator's workflow: profile this disk now and take its model and its suggested
+    # read target. The writer is a throughput tenant: a loose write target, and vrate may
+    # go as low as protecting the reader needs (min 5 rather than the suggested 60).
+    "$bin" profile --path "$work/profile.img" --size 2GiB --quick --out "$work/profile.toml" 2>/dev/null >/dev/null
+    model=$(sed -n '/^\[device.model\]/,/^$/p' "$work/profile.toml" | grep -v '^\[' | grep .)
+    qos="$(grep -E '^(rpct|rlat) ' "$work/profile.toml")
+wpct = 95.0
+wlat = \"20ms\"
+min = 5.0"
+    echo "-- profiled: $(echo $model) | $(echo $qos)"
+fi
 fill_file "$work/disk.img" 2G
 reader="socket=$work/reader.sock,name=reader,rw=randread,bs=4k,iodepth=1"
 writer="socket=$work/writer.sock,name=writer,rw=write,bs=$wbs,iodepth=$wqd"
 for enable in false true; do
     start_daemon "$(noisy_neighbour_config $enable)" "${pin[@]}"
     echo "-- qos=$enable: solo reader, solo writer, then both"
+    settle "${pin[@]}" "$bin" bench --runtime 2s --tenant "$reader"
     bench --tenant "$reader"
     bench --tenant "$writer" | tail -1
-    bench --tenant "$reader" --tenant "$writer" | tail -2
+    settle "${pin[@]}" "$bin" bench --runtime 2s --tenant "$reader"
+    bench --tenant "$reader" --tenant "$writer" | tail -2 | tee "$work/together.txt"
     grep -E 'qos: vrate changed' "$work/daemon.log" | tail -1 | sed 's/\x1b\[[0-9;]*m//g' || true
     stop_daemon
 done
+# What the disk allows: fio directly on the file, the reader next to a writer held by a
+# constant-rate limiter at exactly the IOPS the daemon's writer got with QoS on: what a
+# token bucket at that write bandwidth would leave the reader on this disk. Every solo
+# baseline and every run together starts on a settled disk (scripts/lib.sh, settle).
+writer_iops=$(awk '$1 == "writer" { printf "%d", $5 }' "$work/together.txt")
+echo "-- fio on the file (no daemon): solo reader, then reader + writer capped at $writer_iops IOPS"
+settle "${pin[@]}" "$bin" bench --runtime 2s --fio-file "$work/disk.img" --tenant "$reader"
+bench --fio-file "$work/disk.img" --tenant "$reader" | tail -1
+settle "${pin[@]}" "$bin" bench --runtime 2s --fio-file "$work/disk.img" --tenant "$reader"
+bench --fio-file "$work/disk.img" --tenant "$reader" --tenant "$writer,rate_iops=$writer_iops" | tail -2
 fi

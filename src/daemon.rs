@@ -7,7 +7,7 @@ use crate::backend::server::VolumeServer;
 use crate::backend::slots::DeviceSlots;
 use crate::backend::volume::{SharedDisk, Volume};
 use crate::config::{Config, ConfigError, ROOT_GROUP};
-use crate::qos::{MonotonicClock, QosDevice, VolumeQos};
+use crate::qos::{MonotonicClock, PeriodRecord, QosDevice, VolumeQos};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -113,6 +113,7 @@ fn spawn_planner(
         .name("planner".into())
         .spawn(move || {
             let mut logged = (0u64, 0i32);
+            let mut unreachable = UnreachableTarget::default();
             loop {
                 // plan() returns when the next period is due.
                 let next = qos.plan();
@@ -148,10 +149,50 @@ fn spawn_planner(
                         "qos: vrate changed"
                     );
                 }
+                if unreachable.should_warn(&p, qos.period_ns()) {
+                    tracing::warn!(
+                        seconds = p.missed_at_min as u64 * qos.period_ns() / 1_000_000_000,
+                        missed_read_ppm = p.missed_ppm[0],
+                        missed_write_ppm = p.missed_ppm[1],
+                        mean_read_us = p.mean_lat_us[0],
+                        mean_write_us = p.mean_lat_us[1],
+                        "qos: latency targets are missed with vrate held at its minimum: \
+                         lowering vrate cannot help, and every volume is throttled to its \
+                         share of the minimum; loosen rlat/rpct or wlat/wpct (see `vhost-iocost \
+                         profile`) or raise min"
+                    );
+                }
                 std::thread::park_timeout(Duration::from_nanos(next.max(1_000_000)));
             }
         })?;
     Ok(handle.thread().clone())
+}
+
+/// When to warn that the latency targets cannot be met: once the planner has seen them
+/// missed with vrate at its minimum for a second, then at most every ten seconds while
+/// it lasts.
+#[derive(Debug, Default)]
+struct UnreachableTarget {
+    last_warn_ns: Option<u64>,
+}
+
+impl UnreachableTarget {
+    const AFTER_NS: u64 = 1_000_000_000;
+    const EVERY_NS: u64 = 10_000_000_000;
+
+    fn should_warn(&mut self, p: &PeriodRecord, period_ns: u64) -> bool {
+        if u64::from(p.missed_at_min).saturating_mul(period_ns) < Self::AFTER_NS {
+            return false;
+        }
+        if self
+            .last_warn_ns
+            .is_some_and(|t| p.at_ns.saturating_sub(t) < Self::EVERY_NS)
+        {
+            return false;
+        }
+        self.last_warn_ns = Some(p.at_ns);
+        true
+    }
 }
 
 /// Blocks SIGINT and SIGTERM in this thread (and every thread it spawns afterwards) so that
@@ -181,5 +222,34 @@ pub fn wait_for_signal(set: &libc::sigset_t) -> (i32, i32) {
             // SAFETY: for signals sent by kill(2) the kernel fills si_pid.
             return (sig, unsafe { info.si_pid() });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(at_s: u64, missed_at_min: u32) -> PeriodRecord {
+        PeriodRecord {
+            at_ns: at_s * 1_000_000_000,
+            missed_at_min,
+            ..PeriodRecord::default()
+        }
+    }
+
+    /// 40 ms periods: silent for the first second of misses at min, then one warning,
+    /// then silent until ten seconds later; a new streak after a reset waits again.
+    #[test]
+    fn unreachable_target_warns_after_a_second_then_every_ten() {
+        let period_ns = 40_000_000;
+        let mut u = UnreachableTarget::default();
+        assert!(!u.should_warn(&record(1, 24), period_ns));
+        assert!(u.should_warn(&record(2, 25), period_ns));
+        assert!(!u.should_warn(&record(3, 50), period_ns));
+        assert!(!u.should_warn(&record(11, 250), period_ns));
+        assert!(u.should_warn(&record(12, 275), period_ns));
+        assert!(!u.should_warn(&record(13, 0), period_ns));
+        assert!(!u.should_warn(&record(30, 10), period_ns));
+        assert!(u.should_warn(&record(31, 25), period_ns));
     }
 }

@@ -107,3 +107,45 @@ fn starved_volume_raises_vrate_up_to_max() {
     assert_eq!(max_seen, 1_100_001);
     assert!(dev.stats().busy_level < -4);
 }
+
+/// Misses that go on after vrate reached its minimum are counted, period by period, so
+/// the daemon can say the target is out of reach; a period that meets it resets the count.
+#[test]
+fn misses_with_vrate_at_min_are_counted() {
+    let qos = crate::qos::QosConfig {
+        min: 99.0,
+        ..qos_10ms()
+    };
+    let (dev, clock) = device(&qos);
+    let v = dev.add_volume("v", None, 100).unwrap();
+    let period = dev.period_ns();
+    let read = IoRequest {
+        kind: IoKind::Read,
+        offset: 0,
+        len: 10,
+    };
+    let run_period = |lat_ns: u64| {
+        for _ in 0..20 {
+            if let Admission::Go(c) = v.admit(&read) {
+                let t = clock.now_ns();
+                v.complete(&c, t, t, t + lat_ns);
+            }
+        }
+        clock.advance(period);
+        dev.plan();
+        dev.last_period()
+    };
+    // Four busy periods before vrate moves (busy_level 4), the fourth takes it from 100 %
+    // to the 99 % minimum; only from then on are misses counted.
+    let counts: Vec<u32> = (0..8)
+        .map(|_| run_period(6_000_000).missed_at_min)
+        .collect();
+    assert_eq!(counts, [0, 0, 0, 1, 2, 3, 4, 5]);
+    assert!(
+        dev.vrate_ppm().abs_diff(990_000) < 10,
+        "{}",
+        dev.vrate_ppm()
+    );
+    // A period that meets the 5 ms target resets the streak.
+    assert_eq!(run_period(1_000_000).missed_at_min, 0);
+}

@@ -79,6 +79,10 @@ pub struct PeriodRecord {
     pub nr_donors: u32,
     /// Active volumes at the end of the period.
     pub nr_active: u32,
+    /// Consecutive periods, this one included, in which a latency target was missed
+    /// while the base vrate was already at its minimum: lowering vrate cannot help any
+    /// more, so the target is tighter than the device delivers at that load.
+    pub missed_at_min: u32,
 }
 
 /// One device.
