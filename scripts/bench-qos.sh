@@ -4,7 +4,8 @@
 #     admission path);
 #  2. noisy neighbour on a real file: a QD1 4 KiB random reader next to a 1 MiB sequential
 #     writer at equal weights, solo and together, without and with QoS; then fio directly
-#     on the file with the writer rate-capped at what it got with QoS (the disk's limit).
+#     on the file with the writer rate-capped at what it got with QoS (what a constant-rate
+#     limiter at that bandwidth leaves the reader).
 #   usage: scripts/bench-qos.sh [RUNTIME_SECONDS]      (needs: fio)
 #   CPUS=1 scripts/bench-qos.sh ...   pins daemon and clients to the given CPU list
 #                                     (`taskset -c`); default: not pinned

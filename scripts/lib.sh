@@ -71,14 +71,14 @@ fill_file() {
         --ioengine=io_uring --iodepth=8 --output=/dev/null
 }
 
-# settle CMD...: after heavy writes this virtual disk serves reads slowly for ~10 s while
-# the host writes back. Runs CMD (a short `vhost-iocost bench` of the reader) until two
+# settle CMD...: after heavy writes this virtual disk serves reads slowly for ~10 s (the
+# host presumably still writing back). Runs CMD (a short `vhost-iocost bench` of the reader) until two
 # runs in a row agree within 10 % in IOPS (column 5 of its last line), at most 10 times,
 # so a solo baseline is not measured on a disk still busy with the previous run's writes.
 settle() {
     local prev=0 cur i
     for i in $(seq 10); do
-        cur=$("$@" | tail -1 | awk '{ printf "%d", $5 }')
+        cur=$("$@" 2>/dev/null | tail -1 | awk '{ printf "%d", $5 }')
         if [ "$prev" -gt 0 ] && [ $((cur * 10)) -ge $((prev * 9)) ] && [ $((cur * 9)) -le $((prev * 10)) ]; then
             return
         fi
