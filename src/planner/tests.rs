@@ -1,7 +1,9 @@
 //! Planner unit tests on a manual clock.
 
 use crate::qos::test_util::{device, io_us, qos_10ms};
-use crate::qos::{Admission, Clock, IoKind, IoRequest};
+use crate::qos::{
+    Admission, Clock, IoKind, IoRequest, ManualClock, PeriodRecord, QosDevice, VolumeQos,
+};
 
 /// The worked example of spec G.6: root with A(100) and B(100), both active. A used
 /// 10 % of the device and ends the period with 50 % budget; B is short.
@@ -53,24 +55,11 @@ fn donation_matches_the_spec_worked_example() {
 fn missed_latency_lowers_vrate_after_four_periods() {
     let (dev, clock) = device(&qos_10ms());
     let v = dev.add_volume("v", None, 100).unwrap();
-    let period = dev.period_ns();
-    let read = IoRequest {
-        kind: IoKind::Read,
-        offset: 0,
-        len: 10,
-    };
     let mut vrates = Vec::new();
     for _ in 0..8 {
-        for _ in 0..20 {
-            if let Admission::Go(c) = v.admit(&read) {
-                let t = clock.now_ns();
-                v.complete(&c, t, t, t + 6_000_000); // 6 ms > 5 ms target
-            }
-        }
-        clock.advance(period);
-        dev.plan();
+        let rec = read_period(&dev, &v, &clock, 6_000_000); // 6 ms > 5 ms target
         vrates.push(dev.vrate_ppm());
-        assert!(dev.last_period().missed_ppm[0] > 50_000);
+        assert!(rec.missed_ppm[0] > 50_000);
     }
     assert_eq!(&vrates[..3], &[1_000_000; 3]);
     assert_eq!(dev.stats().busy_level, 8);
@@ -118,23 +107,7 @@ fn misses_with_vrate_at_min_are_counted() {
     };
     let (dev, clock) = device(&qos);
     let v = dev.add_volume("v", None, 100).unwrap();
-    let period = dev.period_ns();
-    let read = IoRequest {
-        kind: IoKind::Read,
-        offset: 0,
-        len: 10,
-    };
-    let run_period = |lat_ns: u64| {
-        for _ in 0..20 {
-            if let Admission::Go(c) = v.admit(&read) {
-                let t = clock.now_ns();
-                v.complete(&c, t, t, t + lat_ns);
-            }
-        }
-        clock.advance(period);
-        dev.plan();
-        dev.last_period()
-    };
+    let run_period = |lat_ns: u64| read_period(&dev, &v, &clock, lat_ns);
     // Four busy periods before vrate moves (busy_level 4), the fourth takes it from 100 %
     // to the 99 % minimum; only from then on are misses counted.
     let counts: Vec<u32> = (0..8)
@@ -148,4 +121,23 @@ fn misses_with_vrate_at_min_are_counted() {
     );
     // A period that meets the 5 ms target resets the streak.
     assert_eq!(run_period(1_000_000).missed_at_min, 0);
+}
+
+/// One planning period in which volume `v` issues 20 small reads that each take
+/// `lat_ns` on the device; returns the planner's record of it.
+fn read_period(dev: &QosDevice, v: &VolumeQos, clock: &ManualClock, lat_ns: u64) -> PeriodRecord {
+    let read = IoRequest {
+        kind: IoKind::Read,
+        offset: 0,
+        len: 10,
+    };
+    for _ in 0..20 {
+        if let Admission::Go(c) = v.admit(&read) {
+            let t = clock.now_ns();
+            v.complete(&c, t, t, t + lat_ns);
+        }
+    }
+    clock.advance(dev.period_ns());
+    dev.plan();
+    dev.last_period()
 }
