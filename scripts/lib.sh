@@ -72,9 +72,10 @@ fill_file() {
 }
 
 # settle CMD...: after heavy writes this virtual disk serves reads slowly for ~10 s (the
-# host presumably still writing back). Runs CMD (a short `vhost-iocost bench` of the reader) until two
-# runs in a row agree within 10 % in IOPS (column 5 of its last line), at most 10 times,
-# so a solo baseline is not measured on a disk still busy with the previous run's writes.
+# host presumably still writing back). Runs CMD (a short `vhost-iocost bench` of the
+# reader) until two runs in a row agree within 10 % in IOPS (column 5 of its last line),
+# at most 10 times, so a baseline is not measured on a disk still busy with the previous
+# run's writes.
 settle() {
     local prev=0 cur i
     for i in $(seq 10); do

@@ -47,7 +47,7 @@ pub(crate) fn next_busy_level(
     let [rmiss, wmiss] = lat.missed_ppm;
     let next = if lat.nr_done == 0 && demand.nr_lagging > 0 {
         busy.clamp(-4, 4)
-    } else if lat.rq_wait_pct > RQ_WAIT_BUSY_PCT || rmiss > rthr || wmiss > wthr {
+    } else if lat.rq_wait_pct > RQ_WAIT_BUSY_PCT || lat.missed_target(ppm_thr) {
         busy.max(0) + 1
     } else if lat.rq_wait_pct <= RQ_WAIT_BUSY_PCT * UNBUSY_THR_PCT / 100
         && u64::from(rmiss) <= u64::from(rthr) * u64::from(UNBUSY_THR_PCT) / 100

@@ -24,6 +24,14 @@ pub(crate) struct LatStat {
     pub mean_lat_us: [u64; 2],
 }
 
+impl LatStat {
+    /// More completions missed their target than the percentile allows, in either
+    /// direction. `ppm_thr` = `[1e6 − rppm, 1e6 − wppm]`, the misses allowed.
+    pub(crate) fn missed_target(&self, ppm_thr: [u32; 2]) -> bool {
+        self.missed_ppm[0] > ppm_thr[0] || self.missed_ppm[1] > ppm_thr[1]
+    }
+}
+
 /// Collect and reset-by-snapshot the counters of the active volumes.
 pub(crate) fn collect(st: &mut DeviceState, elapsed_ns: u64) -> LatStat {
     let mut met = [0u64; 2];

@@ -136,12 +136,12 @@ pub(crate) fn plan(dev: &DeviceShared) -> u64 {
     st.busy_level = busy::next_busy_level(st.busy_level, &lat, queue, &demand, ctx.ppm_thr);
     let vrate_before = st.vtime_base_rate;
     vrate::adjust_base_vrate(dev, st, demand.nr_lagging);
-    let missed = lat.missed_ppm[0] > ctx.ppm_thr[0] || lat.missed_ppm[1] > ctx.ppm_thr[1];
-    let missed_at_min = if missed && st.vtime_base_rate <= params.vrate_min() {
-        st.last.missed_at_min.saturating_add(1)
-    } else {
-        0
-    };
+    let missed_at_min =
+        if lat.missed_target(ctx.ppm_thr) && st.vtime_base_rate <= params.vrate_min() {
+            st.last.missed_at_min.saturating_add(1)
+        } else {
+            0
+        };
 
     dev.cur_period.fetch_add(1, Relaxed);
     if !st.active.is_empty() {
