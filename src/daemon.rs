@@ -129,7 +129,7 @@ fn spawn_planner(
                     rq_wait_pct = p.rq_wait_pct,
                     mean_read_us = p.mean_lat_us[0],
                     mean_write_us = p.mean_lat_us[1],
-                    queue_building = p.queue_building,
+                    latency_rising = p.latency_rising,
                     done = p.nr_done,
                     shortages = p.nr_shortages,
                     donors = p.nr_donors,
@@ -145,7 +145,7 @@ fn spawn_planner(
                         busy_level = p.busy_level,
                         missed_read_ppm = p.missed_ppm[0],
                         missed_write_ppm = p.missed_ppm[1],
-                        queue_building = p.queue_building,
+                        latency_rising = p.latency_rising,
                         "qos: vrate changed"
                     );
                 }

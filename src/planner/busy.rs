@@ -10,8 +10,9 @@
 //! * Clearly not saturated: every signal below 75 % of its threshold. If some volume is
 //!   short of budget, count down (unless IO is lagging, which blocks increases); if
 //!   nobody is short, there is nothing to gain: coast at 0. Deviation: while someone is
-//!   short, a device queue building up near the latency target (see [`super::queue`])
-//!   counts as saturated, and its hysteresis band holds at 0.
+//!   short, latency rising above its recent floor near the target (see
+//!   [`super::queue`]) holds at 0, so vrate stops rising before the percentile misses;
+//!   it never counts as saturated.
 //! * In between: hold at 0 (hysteresis band).
 //!
 //! J.1 guard: a period in which nothing completed while IO was lagging says nothing
@@ -53,11 +54,7 @@ pub(crate) fn next_busy_level(
         && u64::from(rmiss) <= u64::from(rthr) * u64::from(UNBUSY_THR_PCT) / 100
         && u64::from(wmiss) <= u64::from(wthr) * u64::from(UNBUSY_THR_PCT) / 100
     {
-        if demand.nr_shortages > 0 && queue == Queue::Building {
-            // Short of budget, but the device is queueing already: back off before the
-            // percentile misses.
-            busy.max(0) + 1
-        } else if demand.nr_shortages > 0 && queue == Queue::Unclear {
+        if demand.nr_shortages > 0 && queue == Queue::Rising {
             0
         } else if demand.nr_shortages > 0 {
             let b = busy.min(0);
@@ -156,18 +153,20 @@ mod tests {
     }
 
     #[test]
-    fn a_building_queue_stops_the_ramp_and_backs_off() {
+    fn rising_latency_stops_the_ramp_but_never_lowers_vrate() {
         let short = Demand {
             nr_shortages: 1,
             nr_lagging: 0,
         };
         let met = lat(0, 0);
         assert_eq!(next_busy_level(-6, &met, Queue::Clear, &short, THR), -7);
-        assert_eq!(next_busy_level(-6, &met, Queue::Unclear, &short, THR), 0);
-        assert_eq!(next_busy_level(-6, &met, Queue::Building, &short, THR), 1);
-        assert_eq!(next_busy_level(2, &met, Queue::Building, &short, THR), 3);
-        // Nobody short: nothing to push, nothing to back off from.
+        assert_eq!(next_busy_level(-6, &met, Queue::Rising, &short, THR), 0);
+        assert_eq!(next_busy_level(2, &met, Queue::Rising, &short, THR), 0);
+        // Misses still count up, rising or not.
+        let missed = lat(60_000, 0);
+        assert_eq!(next_busy_level(2, &missed, Queue::Rising, &short, THR), 3);
+        // Nobody short: nothing to push, nothing to hold.
         let idle = Demand::default();
-        assert_eq!(next_busy_level(2, &met, Queue::Building, &idle, THR), 0);
+        assert_eq!(next_busy_level(2, &met, Queue::Rising, &idle, THR), 0);
     }
 }

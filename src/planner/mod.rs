@@ -162,7 +162,7 @@ pub(crate) fn plan(dev: &DeviceShared) -> u64 {
         missed_ppm: lat.missed_ppm,
         rq_wait_pct: lat.rq_wait_pct,
         mean_lat_us: lat.mean_lat_us,
-        queue_building: queue == queue::Queue::Building,
+        latency_rising: queue == queue::Queue::Rising,
         nr_done: lat.nr_done,
         nr_lagging: demand.nr_lagging,
         nr_shortages: demand.nr_shortages,

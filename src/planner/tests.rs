@@ -97,6 +97,44 @@ fn starved_volume_raises_vrate_up_to_max() {
     assert!(dev.stats().busy_level < -4);
 }
 
+/// Latency that rises well above its floor but stays within the target stops vrate from
+/// rising and never pushes it down: only misses do (the queue guard once lowered vrate
+/// here, and on the real file held it at its minimum; see `planner::queue`).
+#[test]
+fn latency_rising_within_the_target_holds_vrate() {
+    let (dev, clock) = device(&qos_10ms());
+    let v = dev.add_volume("v", None, 100).unwrap();
+    let period = dev.period_ns();
+    // Short of budget every period; the first period sets a 1 ms floor, then latency
+    // doubles: 2 ms, above a quarter of the 5 ms target, no misses.
+    let mut saturated_period = |lat_ns: u64| {
+        for _ in 0..10 {
+            while let Admission::Go(c) = v.admit(&io_us(100)) {
+                let t = clock.now_ns();
+                v.complete(&c, t, t, t + lat_ns);
+            }
+            clock.advance(period / 10);
+        }
+        dev.plan();
+        dev.last_period()
+    };
+    saturated_period(1_000_000);
+    for _ in 0..20 {
+        let rec = saturated_period(2_000_000);
+        assert_eq!(rec.missed_ppm, [0, 0]);
+        assert!(rec.latency_rising && rec.nr_shortages == 1, "{rec:?}");
+        assert_eq!(rec.busy_level, 0);
+        assert_eq!(rec.vrate_after_ppm, rec.vrate_before_ppm);
+    }
+    // Back at the floor, a short volume raises vrate again.
+    for _ in 0..6 {
+        saturated_period(1_000_000);
+    }
+    let rec = dev.last_period();
+    assert!(!rec.latency_rising && rec.busy_level <= -4, "{rec:?}");
+    assert!(rec.vrate_after_ppm > rec.vrate_before_ppm, "{rec:?}");
+}
+
 /// Misses that go on after vrate reached its minimum are counted, period by period, so
 /// the daemon can say the target is out of reach; a period that meets it resets the count.
 #[test]

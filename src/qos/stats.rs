@@ -67,8 +67,9 @@ pub struct PeriodRecord {
     pub rq_wait_pct: u32,
     /// Mean device latency minus transfer time, µs, `[read, write]` (0: none completed).
     pub mean_lat_us: [u64; 2],
-    /// The queue guard saw latency building up near the target (see `planner::queue`).
-    pub queue_building: bool,
+    /// Mean latency rose above its recent floor near the target, so vrate was not
+    /// allowed to rise (see `planner::queue`).
+    pub latency_rising: bool,
     /// Reads and writes completed in the period.
     pub nr_done: u64,
     /// Volumes with IO in flight for more than a period.
