@@ -107,7 +107,7 @@ fn latency_rising_within_the_target_holds_vrate() {
     let period = dev.period_ns();
     // Short of budget every period; the first period sets a 1 ms floor, then latency
     // doubles: 2 ms, above a quarter of the 5 ms target, no misses.
-    let mut saturated_period = |lat_ns: u64| {
+    let saturated_period = |lat_ns: u64| {
         for _ in 0..10 {
             while let Admission::Go(c) = v.admit(&io_us(100)) {
                 let t = clock.now_ns();
