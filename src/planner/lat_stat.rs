@@ -32,6 +32,22 @@ impl LatStat {
     }
 }
 
+/// A direction's mean latency at least this many times its target is a gross miss.
+pub const GROSS_MISS_FACTOR: u64 = 4;
+
+impl LatStat {
+    /// Some direction with a target had a mean latency of at least
+    /// [`GROSS_MISS_FACTOR`] × its target: not a percentile grazing its threshold but a
+    /// device queue many requests deep (see [`super::vrate`]).
+    pub(crate) fn grossly_missed(&self, ppm_thr: [u32; 2], target_us: [u32; 2]) -> bool {
+        (0..2).any(|rw| {
+            u64::from(ppm_thr[rw]) < MILLION
+                && target_us[rw] > 0
+                && self.mean_lat_us[rw] >= GROSS_MISS_FACTOR * u64::from(target_us[rw])
+        })
+    }
+}
+
 /// Collect and reset-by-snapshot the counters of the active volumes.
 pub(crate) fn collect(st: &mut DeviceState, elapsed_ns: u64) -> LatStat {
     let mut met = [0u64; 2];

@@ -134,6 +134,11 @@ pub(crate) fn plan(dev: &DeviceShared) -> u64 {
         now.now_ns,
     );
     st.busy_level = busy::next_busy_level(st.busy_level, &lat, queue, &demand, ctx.ppm_thr);
+    st.gross_streak = if lat.grossly_missed(ctx.ppm_thr, [params.rlat_us, params.wlat_us]) {
+        st.gross_streak.saturating_add(1)
+    } else {
+        0
+    };
     let vrate_before = st.vtime_base_rate;
     vrate::adjust_base_vrate(dev, st, demand.nr_lagging);
     let missed_at_min =

@@ -68,6 +68,25 @@ fn missed_latency_lowers_vrate_after_four_periods() {
     assert!(vrates[7] < vrates[6], "{vrates:?}");
 }
 
+/// Reads at 5× their target are a queue many requests deep, not a percentile grazing
+/// its threshold: from the second such period on, vrate falls 16 % per period. A single
+/// such period (a host stall) moves nothing.
+#[test]
+fn gross_misses_lower_vrate_by_the_largest_step_from_the_second_period() {
+    let (dev, clock) = device(&qos_10ms());
+    let v = dev.add_volume("v", None, 100).unwrap();
+    // One gross period, then ordinary misses: the kernel's slow start.
+    read_period(&dev, &v, &clock, 25_000_000);
+    read_period(&dev, &v, &clock, 6_000_000);
+    assert_eq!(dev.vrate_ppm(), 1_000_000);
+    let vrates: Vec<u64> = (0..3)
+        .map(|_| read_period(&dev, &v, &clock, 25_000_000).vrate_after_ppm)
+        .collect();
+    assert_eq!(vrates[0], 1_000_000, "first gross period of the streak");
+    assert!(vrates[1].abs_diff(840_000) < 10, "{vrates:?}");
+    assert!(vrates[2].abs_diff(705_600) < 10, "{vrates:?}");
+}
+
 /// A device with no busy signal and a throttled volume counts down and raises vrate,
 /// but never above max.
 #[test]

@@ -7,6 +7,15 @@
 //! [min, max]; if it is ever outside, it approaches them by 4 % per period (a runtime
 //! change of the bounds, `QosDevice::set_qos`, clamps it at once instead).
 //!
+//! Deviation: from the second period in a row with a *gross* miss (a direction's mean
+//! latency at least 4× its target, [`super::lat_stat::GROSS_MISS_FACTOR`]) vrate falls
+//! by the largest step, 16 %, at once. The kernel's slow start keeps a percentile that
+//! grazes its threshold from moving vrate; a queue many requests deep is not that.
+//! Measured on the real file: a writer joining a QD1 reader with vrate at 200 % (the
+//! model was pessimistic) kept the reader's reads at 3–4 ms for 47 periods (1.9 s)
+//! while the table walked vrate down to 82 %; 16 % per period takes 5. One gross
+//! period alone (a host stall) moves nothing.
+//!
 //! The *effective* vrate, at which vnow actually runs, adds a temporary compensation for
 //! budget the planner discarded (above-target budget of idle or donating volumes), so
 //! that discarding it does not lose work: the lost vtime is handed out again over the
@@ -15,6 +24,11 @@
 use crate::cost_model::vtime::cdiv;
 use crate::qos::device::{DeviceShared, DeviceState};
 use crate::qos::vclock::Now;
+
+/// Largest step, percent per period: taken at once after [`GROSS_STREAK`] gross misses.
+pub const VRATE_MAX_ADJ_PCT: u64 = 16;
+/// Consecutive periods of gross misses that take the largest step down.
+pub const GROSS_STREAK: u32 = 2;
 
 /// Step when vrate is outside its bounds, percent per period.
 pub const VRATE_CLAMP_ADJ_PCT: u64 = 4;
@@ -27,7 +41,7 @@ pub fn vrate_adj_pct(abs_busy_level: u32) -> u64 {
         20..=35 => 2,
         36..=43 => 4,
         44..=51 => 8,
-        _ => 16,
+        _ => VRATE_MAX_ADJ_PCT,
     }
 }
 
@@ -46,7 +60,11 @@ pub(crate) fn adjust_base_vrate(dev: &DeviceShared, st: &mut DeviceState, nr_lag
     } else if v > vmax {
         v = (v * (100 - VRATE_CLAMP_ADJ_PCT) / 100).max(vmax);
     } else {
-        let pct = vrate_adj_pct(busy.unsigned_abs());
+        let pct = if busy > 0 && st.gross_streak >= GROSS_STREAK {
+            VRATE_MAX_ADJ_PCT
+        } else {
+            vrate_adj_pct(busy.unsigned_abs())
+        };
         let factor = if busy > 0 { 100 - pct } else { 100 + pct };
         v = cdiv(v.saturating_mul(factor), 100).clamp(vmin, vmax);
     }

@@ -63,6 +63,8 @@ pub(crate) struct DeviceState {
     pub busy_level: i32,
     /// Lowest recent per-period mean device latency (see `planner::queue`).
     pub lat_floors: crate::planner::queue::LatFloors,
+    /// Consecutive periods with a gross latency miss (see `planner::vrate`).
+    pub gross_streak: u32,
     pub margins: Margins,
     pub last: PeriodRecord,
     /// Planner scratch buffers, kept to avoid allocating every period.
@@ -218,6 +220,7 @@ impl QosDevice {
             vtime_err: 0,
             busy_level: 0,
             lat_floors: Default::default(),
+            gross_streak: 0,
             margins,
             last: PeriodRecord::default(),
             scratch: crate::planner::Scratch::default(),
