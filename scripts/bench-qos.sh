@@ -13,6 +13,8 @@
 #   WRITER_BS=256k WRITER_QD=8 ...    the noisy neighbour's writer (default 1M, 8)
 #   PROFILE=1 ...                     section 2 profiles the disk first (`vhost-iocost
 #                                     profile --quick`) and uses its model and read target
+#   TRACE=FILE ...                    section 2 writes the planner's per-period records of
+#                                     the QoS-on run together to FILE
 # MODEL overrides the [device.model] keys and QOS the [device.qos] keys of the file runs
 # (default: the coefficients measured on the benchmark machine, see BENCHMARKS.md).
 set -euo pipefail
@@ -77,13 +79,18 @@ fill_file "$work/disk.img" 2G
 reader="socket=$work/reader.sock,name=reader,rw=randread,bs=4k,iodepth=1"
 writer="socket=$work/writer.sock,name=writer,rw=write,bs=$wbs,iodepth=$wqd"
 for enable in false true; do
-    start_daemon "$(noisy_neighbour_config $enable)" "${pin[@]}"
+    start_daemon "$(noisy_neighbour_config $enable)" env RUST_LOG=info,vhost_iocost::daemon=debug "${pin[@]}"
     echo "-- qos=$enable: solo reader, solo writer, then both"
     settle "${pin[@]}" "$bin" bench --runtime 2s --tenant "$reader"
     bench --tenant "$reader"
     bench --tenant "$writer" | tail -1
     settle "${pin[@]}" "$bin" bench --runtime 2s --tenant "$reader"
+    trace_from=$(wc -l < "$work/daemon.log")
     bench --tenant "$reader" --tenant "$writer" | tail -2 | tee "$work/together.txt"
+    if [ -n "${TRACE:-}" ] && [ "$enable" = true ]; then
+        tail -n +"$trace_from" "$work/daemon.log" | sed 's/\x1b\[[0-9;]*m//g' \
+            | grep 'planner period' | sed 's/.*planner period //' > "$TRACE"
+    fi
     grep -E 'qos: vrate changed' "$work/daemon.log" | tail -1 | sed 's/\x1b\[[0-9;]*m//g' || true
     stop_daemon
 done
