@@ -10,6 +10,9 @@ use crate::qos::device::DeviceState;
 
 use std::sync::atomic::Ordering::Relaxed;
 
+/// A direction's mean latency at least this many times its target is a gross miss.
+pub const GROSS_MISS_FACTOR: u64 = 4;
+
 /// The saturation signals of one period.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct LatStat {
@@ -30,12 +33,7 @@ impl LatStat {
     pub(crate) fn missed_target(&self, ppm_thr: [u32; 2]) -> bool {
         self.missed_ppm[0] > ppm_thr[0] || self.missed_ppm[1] > ppm_thr[1]
     }
-}
 
-/// A direction's mean latency at least this many times its target is a gross miss.
-pub const GROSS_MISS_FACTOR: u64 = 4;
-
-impl LatStat {
     /// Some direction with a target had a mean latency of at least
     /// [`GROSS_MISS_FACTOR`] × its target: not a percentile grazing its threshold but a
     /// device queue many requests deep (see [`super::vrate`]).

@@ -97,17 +97,9 @@ fn starved_volume_raises_vrate_up_to_max() {
     };
     let (dev, clock) = device(&qos);
     let v = dev.add_volume("v", None, 100).unwrap();
-    let period = dev.period_ns();
     let mut max_seen = 0;
     for _ in 0..40 {
-        for _ in 0..10 {
-            while let Admission::Go(c) = v.admit(&io_us(100)) {
-                let t = clock.now_ns();
-                v.complete(&c, t, t, t + 1_000);
-            }
-            clock.advance(period / 10);
-        }
-        dev.plan();
+        saturated_period(&dev, &v, &clock, 1_000);
         max_seen = max_seen.max(dev.vrate_ppm());
         // vrate_max = ⌈1.1 · 137 438⌉ = 151 182 vtime/µs = 110.0001 %.
         assert!(dev.vrate_ppm() <= 1_100_001, "{}", dev.vrate_ppm());
@@ -123,20 +115,9 @@ fn starved_volume_raises_vrate_up_to_max() {
 fn latency_rising_within_the_target_holds_vrate() {
     let (dev, clock) = device(&qos_10ms());
     let v = dev.add_volume("v", None, 100).unwrap();
-    let period = dev.period_ns();
     // Short of budget every period; the first period sets a 1 ms floor, then latency
     // doubles: 2 ms, above a quarter of the 5 ms target, no misses.
-    let saturated_period = |lat_ns: u64| {
-        for _ in 0..10 {
-            while let Admission::Go(c) = v.admit(&io_us(100)) {
-                let t = clock.now_ns();
-                v.complete(&c, t, t, t + lat_ns);
-            }
-            clock.advance(period / 10);
-        }
-        dev.plan();
-        dev.last_period()
-    };
+    let saturated_period = |lat_ns: u64| saturated_period(&dev, &v, &clock, lat_ns);
     saturated_period(1_000_000);
     for _ in 0..20 {
         let rec = saturated_period(2_000_000);
@@ -195,6 +176,26 @@ fn read_period(dev: &QosDevice, v: &VolumeQos, clock: &ManualClock, lat_ns: u64)
         }
     }
     clock.advance(dev.period_ns());
+    dev.plan();
+    dev.last_period()
+}
+
+/// One planning period in which volume `v` issues as many 100 µs reads as its budget
+/// allows (it ends the period short), each taking `lat_ns` on the device; returns the
+/// planner's record of it.
+fn saturated_period(
+    dev: &QosDevice,
+    v: &VolumeQos,
+    clock: &ManualClock,
+    lat_ns: u64,
+) -> PeriodRecord {
+    for _ in 0..10 {
+        while let Admission::Go(c) = v.admit(&io_us(100)) {
+            let t = clock.now_ns();
+            v.complete(&c, t, t, t + lat_ns);
+        }
+        clock.advance(dev.period_ns() / 10);
+    }
     dev.plan();
     dev.last_period()
 }
