@@ -13,8 +13,10 @@
 #   WRITER_BS=256k WRITER_QD=8 ...    the noisy neighbour's writer (default 1M, 8)
 #   PROFILE=1 ...                     section 2 profiles the disk first (`vhost-iocost
 #                                     profile --quick`) and uses its model and read target
+#   ROUNDS=N ...                      section 2 repeats the QoS-on solo and together runs N
+#                                     times (default 1), each ratio against its own round
 #   TRACE=FILE ...                    section 2 writes the planner's per-period records of
-#                                     the QoS-on run together to FILE
+#                                     each QoS-on run together to FILE.1, FILE.2, ...
 # MODEL overrides the [device.model] keys and QOS the [device.qos] keys of the file runs
 # (default: the coefficients measured on the benchmark machine, see BENCHMARKS.md).
 set -euo pipefail
@@ -80,18 +82,27 @@ reader="socket=$work/reader.sock,name=reader,rw=randread,bs=4k,iodepth=1"
 writer="socket=$work/writer.sock,name=writer,rw=write,bs=$wbs,iodepth=$wqd"
 for enable in false true; do
     start_daemon "$(noisy_neighbour_config $enable)" env RUST_LOG=info,vhost_iocost::daemon=debug "${pin[@]}"
-    echo "-- qos=$enable: solo reader, solo writer, then both"
-    settle "${pin[@]}" "$bin" bench --runtime 2s --tenant "$reader"
-    bench --tenant "$reader"
-    bench --tenant "$writer" | tail -1
-    settle "${pin[@]}" "$bin" bench --runtime 2s --tenant "$reader"
-    trace_from=$(wc -l < "$work/daemon.log")
-    bench --tenant "$reader" --tenant "$writer" | tail -2 | tee "$work/together.txt"
-    if [ -n "${TRACE:-}" ] && [ "$enable" = true ]; then
-        tail -n +"$trace_from" "$work/daemon.log" | sed 's/\x1b\[[0-9;]*m//g' \
-            | grep 'planner period' | sed 's/.*planner period //' > "$TRACE"
-    fi
-    grep -E 'qos: vrate changed' "$work/daemon.log" | tail -1 | sed 's/\x1b\[[0-9;]*m//g' || true
+    rounds=1
+    if [ "$enable" = true ]; then rounds=${ROUNDS:-1}; fi
+    for round in $(seq "$rounds"); do
+        echo "-- qos=$enable, round $round of $rounds: solo reader, solo writer, then both"
+        settle "${pin[@]}" "$bin" bench --runtime 2s --tenant "$reader"
+        bench --tenant "$reader" | tee "$work/solo.txt"
+        bench --tenant "$writer" | tail -1 | tee -a "$work/solo.txt"
+        settle "${pin[@]}" "$bin" bench --runtime 2s --tenant "$reader"
+        trace_from=$(wc -l < "$work/daemon.log")
+        bench --tenant "$reader" --tenant "$writer" | tail -2 | tee "$work/together.txt"
+        # Each tenant together against its own solo run of the same round.
+        cat "$work/solo.txt" "$work/together.txt" | awk -v qos="$enable" -v round="$round" '
+            NR == 1 { rs = $5 } NR == 2 { ws = $6 } NR == 3 { rt = $5 } NR == 4 { wt = $6 }
+            END { printf "== qos=%s round %d: reader %.0f %% of solo IOPS, writer %.0f %% of solo MiB/s\n",
+                  qos, round, 100 * rt / rs, 100 * wt / ws }'
+        if [ -n "${TRACE:-}" ] && [ "$enable" = true ]; then
+            tail -n +"$trace_from" "$work/daemon.log" | sed 's/\x1b\[[0-9;]*m//g' \
+                | grep 'planner period' | sed 's/.*planner period //' > "$TRACE.$round"
+        fi
+        grep -E 'qos: vrate changed' "$work/daemon.log" | tail -1 | sed 's/\x1b\[[0-9;]*m//g' || true
+    done
     stop_daemon
 done
 # What the disk allows: fio directly on the file, the reader next to a writer held by a
