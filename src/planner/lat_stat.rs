@@ -25,6 +25,10 @@ pub(crate) struct LatStat {
     /// `[read, write]` mean device latency minus transfer time, µs (0 without
     /// completions).
     pub mean_lat_us: [u64; 2],
+    /// `[read, write]` standard error of those means, µs: their sample standard
+    /// deviation over √n. A QD1 reader's ~150 reads per period make its mean swing by
+    /// a third from period to period; this says by how much to expect.
+    pub mean_se_us: [u64; 2],
 }
 
 impl LatStat {
@@ -52,6 +56,7 @@ pub(crate) fn collect(st: &mut DeviceState, elapsed_ns: u64) -> LatStat {
     let mut missed = [0u64; 2];
     let mut rq_wait_ns = 0u64;
     let mut lat_sum_us = [0u64; 2];
+    let mut lat_sq_sum = [0u64; 2];
     // Only active volumes can have completed anything since the last run: a volume is
     // deactivated only after a whole period with nothing in flight, and this runs
     // before deactivation.
@@ -68,6 +73,9 @@ pub(crate) fn collect(st: &mut DeviceState, elapsed_ns: u64) -> LatStat {
             let l = v.lat.lat_sum_us[rw].load(Relaxed);
             lat_sum_us[rw] += l.wrapping_sub(node.last_lat_sum_us[rw]);
             node.last_lat_sum_us[rw] = l;
+            let q = v.lat.lat_sq_sum[rw].load(Relaxed);
+            lat_sq_sum[rw] = lat_sq_sum[rw].wrapping_add(q.wrapping_sub(node.last_lat_sq_sum[rw]));
+            node.last_lat_sq_sum[rw] = q;
         }
         let w = v.lat.rq_wait_ns.load(Relaxed);
         rq_wait_ns = rq_wait_ns.saturating_add(w.wrapping_sub(node.last_rq_wait_ns));
@@ -83,10 +91,43 @@ pub(crate) fn collect(st: &mut DeviceState, elapsed_ns: u64) -> LatStat {
     let rq_wait_pct = (u128::from(rq_wait_ns) * 100 / u128::from(elapsed_ns.max(1)))
         .min(u128::from(u32::MAX)) as u32;
     let mean = |rw: usize| lat_sum_us[rw] / (met[rw] + missed[rw]).max(1);
+    let se = |rw: usize| standard_error(met[rw] + missed[rw], lat_sum_us[rw], lat_sq_sum[rw]);
     LatStat {
         missed_ppm,
         rq_wait_pct,
         nr_done: met[0] + met[1] + missed[0] + missed[1],
         mean_lat_us: [mean(0), mean(1)],
+        mean_se_us: [se(0), se(1)],
+    }
+}
+
+/// Standard error of the mean of `n` samples with sum `sum` and sum of squares `sq`:
+/// √((sq/n − mean²) / n), or 0 with fewer than two samples.
+fn standard_error(n: u64, sum: u64, sq: u64) -> u64 {
+    if n < 2 {
+        return 0;
+    }
+    let (n, sum, sq) = (n as f64, sum as f64, sq as f64);
+    let variance = (sq / n - (sum / n).powi(2)).max(0.0);
+    (variance / n).sqrt().round() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn standard_error_of_the_mean() {
+        // 100 and 300 µs: mean 200, standard deviation 100, over √2.
+        assert_eq!(standard_error(2, 400, 100_000), 71);
+        // 100 samples at 200 µs ± 100 (half each side): sd 100, over √100.
+        assert_eq!(
+            standard_error(100, 20_000, 50 * 100 * 100 + 50 * 300 * 300),
+            10
+        );
+        // All alike: no noise. Fewer than two samples: none to speak of.
+        assert_eq!(standard_error(50, 50 * 930, 50 * 930 * 930), 0);
+        assert_eq!(standard_error(1, 500, 250_000), 0);
+        assert_eq!(standard_error(0, 0, 0), 0);
     }
 }

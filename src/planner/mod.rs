@@ -129,6 +129,7 @@ pub(crate) fn plan(dev: &DeviceShared) -> u64 {
 
     let queue = st.lat_floors.observe(
         lat.mean_lat_us,
+        lat.mean_se_us,
         ctx.ppm_thr,
         [params.rlat_us, params.wlat_us],
         now.now_ns,

@@ -52,6 +52,7 @@ pub(crate) struct TreeNode {
     pub last_missed: [u32; 2],
     pub last_rq_wait_ns: u64,
     pub last_lat_sum_us: [u64; 2],
+    pub last_lat_sq_sum: [u64; 2],
     // --- donation scratch (spec G.6), valid during one planner run ---
     pub hweight_donating: u32,
     pub hweight_after: u32,
@@ -82,6 +83,7 @@ impl TreeNode {
             last_missed: [0; 2],
             last_rq_wait_ns: 0,
             last_lat_sum_us: [0; 2],
+            last_lat_sq_sum: [0; 2],
             hweight_donating: 0,
             hweight_after: 0,
             stamp: 0,

@@ -48,7 +48,14 @@ pub(crate) struct LatCounters {
     pub rq_wait_ns: AtomicU64,
     /// `[read, write]` Σ device latency (admitted → completed) minus transfer time, µs.
     pub lat_sum_us: [AtomicU64; 2],
+    /// `[read, write]` Σ of the squares of the same latencies, each capped at
+    /// [`LAT_SQ_CAP_US`], µs²: the planner's measure of how noisy a period's mean is.
+    pub lat_sq_sum: [AtomicU64; 2],
 }
+
+/// Latencies above this (µs, ~1 s) count as this in the sum of squares, which then
+/// cannot overflow within a period.
+pub(crate) const LAT_SQ_CAP_US: u64 = 1 << 20;
 
 /// Monotonic per-volume counters for statistics. (Requests and bytes are counted by the
 /// data path, which knows whether they succeeded.)
@@ -257,6 +264,7 @@ impl VolumeQos {
         let v = &*self.core;
         let cfg = dev.cfg();
         let (mut cost, mut rq_wait_ns, mut lat_sum_us) = (0u64, 0u64, [0u64; 2]);
+        let mut lat_sq_sum = [0u64; 2];
         let (mut met, mut missed) = ([0u32; 2], [0u32; 2]);
         let period = dev.cur_period.load(Relaxed);
         let mut h = v.hist.lock().unwrap_or_else(|e| e.into_inner());
@@ -281,7 +289,10 @@ impl VolumeQos {
                 missed[rw] += 1;
             }
             rq_wait_ns += t.submitted_ns.saturating_sub(t.admitted_ns);
-            lat_sum_us[rw] += on_q_ns.saturating_sub(size_ns) / 1000;
+            let lat_us = on_q_ns.saturating_sub(size_ns) / 1000;
+            lat_sum_us[rw] += lat_us;
+            let capped = lat_us.min(LAT_SQ_CAP_US);
+            lat_sq_sum[rw] = lat_sq_sum[rw].wrapping_add(capped * capped);
         }
         drop(h);
         if cost != 0 {
@@ -306,6 +317,11 @@ impl VolumeQos {
             v.lat.rq_wait_ns.fetch_add(rq_wait_ns, Relaxed);
         }
         for (counter, sum) in v.lat.lat_sum_us.iter().zip(lat_sum_us) {
+            if sum != 0 {
+                counter.fetch_add(sum, Relaxed);
+            }
+        }
+        for (counter, sum) in v.lat.lat_sq_sum.iter().zip(lat_sq_sum) {
             if sum != 0 {
                 counter.fetch_add(sum, Relaxed);
             }
