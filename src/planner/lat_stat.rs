@@ -25,9 +25,9 @@ pub(crate) struct LatStat {
     /// `[read, write]` mean device latency minus transfer time, µs (0 without
     /// completions).
     pub mean_lat_us: [u64; 2],
-    /// `[read, write]` standard error of those means, µs: their sample standard
-    /// deviation over √n. A QD1 reader's ~150 reads per period make its mean swing by
-    /// a third from period to period; this says by how much to expect.
+    /// `[read, write]` standard error of those means, µs: the standard deviation of the
+    /// latencies over √n. A QD1 reader's 50–250 reads per period make its mean swing by
+    /// a third from period to period; this says how much to expect.
     pub mean_se_us: [u64; 2],
 }
 

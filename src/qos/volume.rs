@@ -53,9 +53,9 @@ pub(crate) struct LatCounters {
     pub lat_sq_sum: [AtomicU64; 2],
 }
 
-/// Latencies above this (µs, ~1 s) count as this in the sum of squares, which then
-/// cannot overflow within a period.
-pub(crate) const LAT_SQ_CAP_US: u64 = 1 << 20;
+/// Latencies above this (µs, ~17 s) count as this in the sum of squares, which then
+/// cannot wrap within a period short of 65 536 completions at the cap.
+pub(crate) const LAT_SQ_CAP_US: u64 = 1 << 24;
 
 /// Monotonic per-volume counters for statistics. (Requests and bytes are counted by the
 /// data path, which knows whether they succeeded.)
@@ -292,7 +292,7 @@ impl VolumeQos {
             let lat_us = on_q_ns.saturating_sub(size_ns) / 1000;
             lat_sum_us[rw] += lat_us;
             let capped = lat_us.min(LAT_SQ_CAP_US);
-            lat_sq_sum[rw] = lat_sq_sum[rw].wrapping_add(capped * capped);
+            lat_sq_sum[rw] += capped * capped;
         }
         drop(h);
         if cost != 0 {
