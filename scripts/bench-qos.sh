@@ -80,16 +80,20 @@ fi
 fill_file "$work/disk.img" 2G
 reader="socket=$work/reader.sock,name=reader,rw=randread,bs=4k,iodepth=1"
 writer="socket=$work/writer.sock,name=writer,rw=write,bs=$wbs,iodepth=$wqd"
+# settle_reader [--fio-file F]: waits until the reader's IOPS are steady (scripts/lib.sh).
+settle_reader() { settle "${pin[@]}" "$bin" bench --runtime 2s "$@" --tenant "$reader"; }
+# The daemon's log without colour codes.
+plain_log() { sed 's/\x1b\[[0-9;]*m//g' "$work/daemon.log"; }
 for enable in false true; do
     start_daemon "$(noisy_neighbour_config $enable)" env RUST_LOG=info,vhost_iocost::daemon=debug "${pin[@]}"
     rounds=1
     if [ "$enable" = true ]; then rounds=${ROUNDS:-1}; fi
     for round in $(seq "$rounds"); do
         echo "-- qos=$enable, round $round of $rounds: solo reader, solo writer, then both"
-        settle "${pin[@]}" "$bin" bench --runtime 2s --tenant "$reader"
+        settle_reader
         bench --tenant "$reader" | tee "$work/solo.txt"
         bench --tenant "$writer" | tail -1 | tee -a "$work/solo.txt"
-        settle "${pin[@]}" "$bin" bench --runtime 2s --tenant "$reader"
+        settle_reader
         trace_from=$(wc -l < "$work/daemon.log")
         bench --tenant "$reader" --tenant "$writer" | tail -2 | tee "$work/together.txt"
         # Each tenant together against its own solo run of the same round.
@@ -98,10 +102,10 @@ for enable in false true; do
             END { printf "== qos=%s round %d: reader %.0f %% of solo IOPS, writer %.0f %% of solo MiB/s\n",
                   qos, round, 100 * rt / rs, 100 * wt / ws }'
         if [ -n "${TRACE:-}" ] && [ "$enable" = true ]; then
-            tail -n +"$trace_from" "$work/daemon.log" | sed 's/\x1b\[[0-9;]*m//g' \
-                | grep 'planner period' | sed 's/.*planner period //' > "$TRACE.$round"
+            plain_log | tail -n +"$trace_from" | grep 'planner period' \
+                | sed 's/.*planner period //' > "$TRACE.$round"
         fi
-        grep -E 'qos: vrate changed' "$work/daemon.log" | tail -1 | sed 's/\x1b\[[0-9;]*m//g' || true
+        plain_log | grep -E 'qos: vrate changed' | tail -1 || true
     done
     stop_daemon
 done
@@ -111,8 +115,8 @@ done
 # baseline and every run together starts on a settled disk (scripts/lib.sh, settle).
 writer_iops=$(awk '$1 == "writer" { printf "%d", $5 }' "$work/together.txt")
 echo "-- fio on the file (no daemon): solo reader, then reader + writer capped at $writer_iops IOPS"
-settle "${pin[@]}" "$bin" bench --runtime 2s --fio-file "$work/disk.img" --tenant "$reader"
+settle_reader --fio-file "$work/disk.img"
 bench --fio-file "$work/disk.img" --tenant "$reader" | tail -1
-settle "${pin[@]}" "$bin" bench --runtime 2s --fio-file "$work/disk.img" --tenant "$reader"
+settle_reader --fio-file "$work/disk.img"
 bench --fio-file "$work/disk.img" --tenant "$reader" --tenant "$writer,rate_iops=$writer_iops" | tail -2
 fi

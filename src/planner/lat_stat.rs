@@ -13,6 +13,12 @@ use std::sync::atomic::Ordering::Relaxed;
 /// A direction's mean latency at least this many times its target is a gross miss.
 pub const GROSS_MISS_FACTOR: u64 = 4;
 
+/// A mean latency of `mean_us` against a target of `target_us` (µs) is a gross miss: not
+/// a percentile grazing its threshold but a device queue many requests deep.
+pub(crate) fn is_gross(mean_us: u64, target_us: u32) -> bool {
+    target_us > 0 && mean_us >= GROSS_MISS_FACTOR * u64::from(target_us)
+}
+
 /// The saturation signals of one period.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct LatStat {
@@ -38,14 +44,11 @@ impl LatStat {
         self.missed_ppm[0] > ppm_thr[0] || self.missed_ppm[1] > ppm_thr[1]
     }
 
-    /// Some direction with a target had a mean latency of at least
-    /// [`GROSS_MISS_FACTOR`] × its target: not a percentile grazing its threshold but a
-    /// device queue many requests deep (see [`super::vrate`]).
+    /// Some direction with a target missed it grossly ([`is_gross`]; see
+    /// [`super::vrate`]).
     pub(crate) fn grossly_missed(&self, ppm_thr: [u32; 2], target_us: [u32; 2]) -> bool {
         (0..2).any(|rw| {
-            u64::from(ppm_thr[rw]) < MILLION
-                && target_us[rw] > 0
-                && self.mean_lat_us[rw] >= GROSS_MISS_FACTOR * u64::from(target_us[rw])
+            u64::from(ppm_thr[rw]) < MILLION && is_gross(self.mean_lat_us[rw], target_us[rw])
         })
     }
 }

@@ -127,15 +127,16 @@ pub(crate) fn plan(dev: &DeviceShared) -> u64 {
     st.tree.commit_weights(&dev.hweight_gen);
     st.scratch.surpluses.clear();
 
+    let targets_us = [params.rlat_us, params.wlat_us];
     let queue = st.lat_floors.observe(
         lat.mean_lat_us,
         lat.mean_se_us,
         ctx.ppm_thr,
-        [params.rlat_us, params.wlat_us],
+        targets_us,
         now.now_ns,
     );
     st.busy_level = busy::next_busy_level(st.busy_level, &lat, queue, &demand, ctx.ppm_thr);
-    st.gross_streak = if lat.grossly_missed(ctx.ppm_thr, [params.rlat_us, params.wlat_us]) {
+    st.gross_streak = if lat.grossly_missed(ctx.ppm_thr, targets_us) {
         st.gross_streak.saturating_add(1)
     } else {
         0

@@ -37,7 +37,7 @@
 //! barely moved (steady load: 7 vrate reversals in 500 periods instead of 3; the rest
 //! unchanged).
 
-use super::lat_stat::GROSS_MISS_FACTOR;
+use super::lat_stat::is_gross;
 use crate::cost_model::vtime::MILLION;
 
 /// Above this percentage of the floor (and the noise margin), latency is rising.
@@ -104,11 +104,12 @@ impl LatFloors {
     ) -> Queue {
         let mut worst = Queue::Clear;
         for rw in 0..2 {
-            let mean = mean_us[rw].min(u64::MAX / 1000);
+            // Clamped so that `mean * 4` and `floor * QUEUE_RISING_PCT` cannot overflow.
+            let mean = mean_us[rw].min(u64::MAX / QUEUE_RISING_PCT);
             if mean == 0 || u64::from(ppm_thr[rw]) >= MILLION {
                 continue;
             }
-            let gross = mean >= GROSS_MISS_FACTOR * u64::from(target_us[rw]);
+            let gross = is_gross(mean, target_us[rw]);
             if gross {
                 // A new regime: the floor starts again from this period's mean.
                 self.recent[rw] = RecentMeans::default();
@@ -121,8 +122,7 @@ impl LatFloors {
             }
             // Both large (15 %) and clear of this period's noise (3 standard errors).
             let floor = self.us[rw];
-            let bar = (floor * QUEUE_RISING_PCT / 100)
-                .max(floor + se_us[rw].min(u64::MAX / 8) * NOISE_MARGIN_SE);
+            let bar = (floor * QUEUE_RISING_PCT / 100).max(floor + se_us[rw] * NOISE_MARGIN_SE);
             if mean * 4 >= u64::from(target_us[rw]) && mean > bar {
                 worst = Queue::Rising;
             }
@@ -145,9 +145,9 @@ mod tests {
         for t in 0..5 {
             assert_eq!(f.observe([900, 0], NO_SE, P95, TARGET, t), Queue::Clear);
         }
-        assert_eq!(f.observe([1_000, 0], NO_SE, P95, TARGET, 5), Queue::Clear); // 111 %
-        assert_eq!(f.observe([1_050, 0], NO_SE, P95, TARGET, 6), Queue::Rising); // 117 %
-                                                                                 // 156 %:
+        // 111 %, then 117 % and 156 % of the floor:
+        assert_eq!(f.observe([1_000, 0], NO_SE, P95, TARGET, 5), Queue::Clear);
+        assert_eq!(f.observe([1_050, 0], NO_SE, P95, TARGET, 6), Queue::Rising);
         assert_eq!(f.observe([1_400, 0], NO_SE, P95, TARGET, 7), Queue::Rising);
     }
 
@@ -235,30 +235,30 @@ mod tests {
     #[test]
     fn a_gross_miss_resets_the_floor() {
         let target = [500, 500];
-        let settled = |f: &mut LatFloors| {
+        // Reads settled at 100 µs, then one period at `spike` µs, then the host's queue
+        // drains and reads settle at 200 µs, twice the old floor. Returns the floors and
+        // what the spike period said.
+        let spike_then_settle = |spike: u64| {
+            let mut f = LatFloors::default();
             for t in 0..5 {
                 f.observe([100, 0], NO_SE, P95, target, t);
             }
+            let at_spike = f.observe([spike, 0], NO_SE, P95, target, 5);
+            for (t, mean) in [1_000, 200, 200, 200].into_iter().enumerate() {
+                f.observe([mean, 0], NO_SE, P95, target, 6 + t as u64);
+            }
+            (f, at_spike)
         };
-        // A writer joins a reader: one period with reads at 8× their target, then the
-        // host's queue drains and reads settle at 200 µs, twice the old floor.
-        let mut f = LatFloors::default();
-        settled(&mut f);
-        assert_eq!(f.observe([4_000, 0], NO_SE, P95, target, 5), Queue::Clear);
-        for (t, mean) in [1_000, 200, 200, 200].into_iter().enumerate() {
-            f.observe([mean, 0], NO_SE, P95, target, 6 + t as u64);
-        }
-        // The floor is the new level: 220 µs is 110 % of it.
+        // A writer joins a reader: reads at 8× their target. The floor is the new level:
+        // 220 µs is 110 % of it.
+        let (mut f, at_spike) = spike_then_settle(4_000);
+        assert_eq!(at_spike, Queue::Clear);
         assert_eq!(f.observe([220, 0], NO_SE, P95, target, 10), Queue::Clear);
         assert_eq!(f.observe([240, 0], NO_SE, P95, target, 11), Queue::Rising);
         // A miss that is not gross (3× the target) keeps the old floor, 100 µs: 220 µs
         // is rising against it.
-        let mut f = LatFloors::default();
-        settled(&mut f);
-        assert_eq!(f.observe([1_500, 0], NO_SE, P95, target, 5), Queue::Rising);
-        for (t, mean) in [1_000, 200, 200, 200].into_iter().enumerate() {
-            f.observe([mean, 0], NO_SE, P95, target, 6 + t as u64);
-        }
+        let (mut f, at_spike) = spike_then_settle(1_500);
+        assert_eq!(at_spike, Queue::Rising);
         assert_eq!(f.observe([220, 0], NO_SE, P95, target, 10), Queue::Rising);
     }
 }
