@@ -43,6 +43,11 @@ impl Daemon {
         let shared = Arc::new(SharedDisk {
             disk,
             slots: DeviceSlots::new(config.device.queue_depth),
+            emulated: config
+                .device
+                .emulated
+                .as_ref()
+                .map(|e| std::sync::Mutex::new(e.disk())),
         });
         let mut servers = Vec::new();
         for v in &config.volumes {

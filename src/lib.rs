@@ -4,6 +4,7 @@
 //! Layout:
 //! - [`backend`]: vhost-user glue, virtio-blk request parsing, io_uring engine (the data path).
 //! - [`cost_model`], [`qos`], [`planner`]: the QoS core, a pure library (no I/O, injectable clock).
+//! - [`emulated`]: a disk whose behaviour is known (the simulator's hardware and `kind = "emulated"`).
 //! - [`sim`]: a deterministic simulator driving the QoS core in virtual time.
 //! - [`config`]: the TOML configuration and its validation.
 //! - [`control`]: the REST control plane, metrics, persistence and the `ctl` client.
@@ -13,6 +14,7 @@ pub mod config;
 pub mod control;
 pub mod cost_model;
 pub mod daemon;
+pub mod emulated;
 pub mod loadgen;
 pub mod planner;
 pub mod profile;

@@ -3,6 +3,11 @@
 //!
 //! The null device uses the same ring with NOP operations, so it exercises exactly the
 //! completion path real I/O takes, minus the disk.
+//!
+//! The emulated device ([`crate::emulated`]) holds a completion until a deadline: the
+//! operation goes with an absolute-time timeout on the same ring, and the engine reports
+//! the completion only once both have completed. The kernel's timer wakes the worker
+//! through the same eventfd, so the worker needs no timer of its own.
 
 use io_uring::{opcode, squeue, types, IoUring};
 use std::io;
@@ -37,6 +42,29 @@ pub struct Engine {
     pub completion_evt: EventFd,
     /// Entries pushed since the last submit: an empty submit is a wasted syscall.
     unsubmitted: usize,
+    /// Completions held until a deadline, indexed by user_data.
+    held: Vec<Option<Held>>,
+}
+
+/// CLOCK_MONOTONIC now, ns: the clock of [`Engine::push_until`]'s deadlines.
+pub fn monotonic_now_ns() -> u64 {
+    // SAFETY: timespec is plain data; clock_gettime writes it through a valid pointer.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Marks the user_data of a deadline's timeout (user_data of operations are slot indexes).
+const DEADLINE_BIT: u64 = 1 << 63;
+
+/// An operation whose completion waits for its deadline.
+struct Held {
+    /// The kernel reads it when the timeout is submitted: it must not move or be freed
+    /// until then, so it lives here until the completion is reported.
+    _deadline: Box<types::Timespec>,
+    result: Option<i32>,
+    deadline_passed: bool,
 }
 
 impl Engine {
@@ -59,6 +87,7 @@ impl Engine {
             has_file: file.is_some(),
             completion_evt,
             unsubmitted: 0,
+            held: Vec::new(),
         })
     }
 
@@ -109,6 +138,42 @@ impl Engine {
         ))
     }
 
+    /// Queues `op` like [`Engine::push`], but reports its completion no earlier than
+    /// `deadline_ns` on CLOCK_MONOTONIC. `user_data` must be below 2^63.
+    pub fn push_until(&mut self, op: DeviceOp, user_data: u64, deadline_ns: u64) -> io::Result<()> {
+        self.push(op, user_data)?;
+        let index = user_data as usize;
+        if self.held.len() <= index {
+            self.held.resize_with(index + 1, || None);
+        }
+        let deadline = Box::new(
+            types::Timespec::new()
+                .sec(deadline_ns / 1_000_000_000)
+                .nsec((deadline_ns % 1_000_000_000) as u32),
+        );
+        let timeout = opcode::Timeout::new(&*deadline as *const types::Timespec)
+            .flags(types::TimeoutFlags::ABS)
+            .build()
+            .user_data(user_data | DEADLINE_BIT);
+        self.held[index] = Some(Held {
+            _deadline: deadline,
+            result: None,
+            deadline_passed: false,
+        });
+        // SAFETY: the timespec is boxed in `held` until the timeout's completion is reaped.
+        if unsafe { self.ring.submission().push(&timeout) }.is_err() {
+            self.submit()?;
+            // SAFETY: as above.
+            if unsafe { self.ring.submission().push(&timeout) }.is_err() {
+                // No room for the deadline: the operation completes when it completes.
+                self.held[index] = None;
+                return Ok(());
+            }
+        }
+        self.unsubmitted += 1;
+        Ok(())
+    }
+
     pub fn submit(&mut self) -> io::Result<()> {
         // Nothing new to submit is no reason to enter the kernel, unless completions
         // overflowed the completion queue: the kernel only moves those back when entered.
@@ -147,6 +212,26 @@ impl Engine {
         out.clear();
         let mut cq = self.ring.completion();
         cq.sync();
-        out.extend(cq.map(|cqe| (cqe.user_data(), cqe.result())));
+        if self.held.is_empty() {
+            out.extend(cq.map(|cqe| (cqe.user_data(), cqe.result())));
+            return;
+        }
+        for cqe in cq {
+            let (user_data, result) = (cqe.user_data(), cqe.result());
+            let index = (user_data & !DEADLINE_BIT) as usize;
+            let Some(held) = self.held.get_mut(index).and_then(Option::as_mut) else {
+                out.push((user_data, result));
+                continue;
+            };
+            if user_data & DEADLINE_BIT != 0 {
+                held.deadline_passed = true;
+            } else {
+                held.result = Some(result);
+            }
+            if let (true, Some(result)) = (held.deadline_passed, held.result) {
+                self.held[index] = None;
+                out.push((index as u64, result));
+            }
+        }
     }
 }

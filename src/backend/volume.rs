@@ -19,6 +19,8 @@ pub const MAX_WRITE_ZEROES_SECTORS: u32 = (32 << 20) >> 9;
 pub struct SharedDisk {
     pub disk: HostDisk,
     pub slots: DeviceSlots,
+    /// `kind = "emulated"`: when each request completes.
+    pub emulated: Option<std::sync::Mutex<crate::emulated::EmulatedDisk>>,
 }
 
 /// Request counters, readable while the data path runs (control plane, tests).

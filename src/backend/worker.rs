@@ -10,10 +10,11 @@
 
 use super::admission::{Admission, Decision, IoKind, IoRequest, Timing};
 use super::bounce::BounceBuffer;
-use super::engine::{DeviceOp, Engine};
+use super::engine::{monotonic_now_ns, DeviceOp, Engine};
 use super::ratelimit::RateLimiter;
 use super::request::{self, ChainLayout, Request, RequestError, RequestKind, Segment};
 use super::volume::{Volume, VolumeCounters};
+use crate::cost_model::CostInput;
 use std::collections::VecDeque;
 use std::io;
 use std::sync::Arc;
@@ -109,6 +110,8 @@ pub struct Worker<A: Admission> {
     /// Completions to report to admission control, once per pump (see `settle`).
     settled: Vec<(A::Ticket, Timing)>,
     iovec_pool: IovecPool,
+    /// End of this volume's previous request on the emulated disk.
+    emulated_prev_end: Option<u64>,
 }
 
 /// Empty iovec arrays kept for their capacity.
@@ -122,6 +125,13 @@ unsafe impl Send for IovecPool {}
 impl<A: Admission> Worker<A> {
     pub fn new(volume: Arc<Volume<A>>) -> io::Result<Self> {
         let depth = u32::from(volume.queue_size) * u32::from(volume.num_queues);
+        // An emulated request takes two entries: the operation and its deadline.
+        let entries = depth
+            * if volume.shared.emulated.is_some() {
+                2
+            } else {
+                1
+            };
         let file = volume
             .shared
             .disk
@@ -129,7 +139,7 @@ impl<A: Admission> Worker<A> {
             .as_ref()
             .map(std::os::unix::io::AsRawFd::as_raw_fd);
         Ok(Worker {
-            engine: Engine::new(depth, file)?,
+            engine: Engine::new(entries, file)?,
             timer: TimerFd::new()?,
             timer_deadline: None,
             wake_evt: Arc::new(EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC)?),
@@ -149,6 +159,7 @@ impl<A: Admission> Worker<A> {
             layout: ChainLayout::default(),
             settled: Vec::with_capacity(depth.min(4096) as usize),
             iovec_pool: IovecPool::default(),
+            emulated_prev_end: None,
             volume,
         })
     }
@@ -619,15 +630,39 @@ impl<A: Admission> Worker<A> {
         } else {
             op
         };
-        self.submit_op(record, op);
+        let deadline = self.emulated_deadline(&record.io, host_offset);
+        self.submit_op(record, op, deadline);
         Ok(())
     }
 
-    /// Hands `op` to the kernel on behalf of `record`; if the ring refuses it, the request
-    /// fails with IOERR instead of waiting for a completion that will never come.
-    fn submit_op(&mut self, record: InFlight<A::Ticket>, op: DeviceOp) {
+    /// `kind = "emulated"`: when the emulated disk completes this request, on
+    /// CLOCK_MONOTONIC. It sees the volume's requests in order, for its seq/rand pricing.
+    fn emulated_deadline(&mut self, io: &IoRequest, host_offset: u64) -> Option<u64> {
+        let emulated = self.volume.shared.emulated.as_ref()?;
+        let input = CostInput {
+            kind: io.kind,
+            offset: host_offset,
+            len: io.len,
+            prev_end: self.emulated_prev_end,
+        };
+        if io.kind != IoKind::Flush {
+            self.emulated_prev_end = Some(host_offset.saturating_add(io.len));
+        }
+        let now = monotonic_now_ns();
+        let mut disk = emulated.lock().unwrap_or_else(|e| e.into_inner());
+        Some(disk.serve(now, &input).done_ns)
+    }
+
+    /// Hands `op` to the kernel on behalf of `record` (its completion held until
+    /// `deadline_ns` if given); if the ring refuses it, the request fails with IOERR
+    /// instead of waiting for a completion that will never come.
+    fn submit_op(&mut self, record: InFlight<A::Ticket>, op: DeviceOp, deadline_ns: Option<u64>) {
         let slot = self.insert(record);
-        if let Err(e) = self.engine.push(op, slot as u64) {
+        let pushed = match deadline_ns {
+            Some(deadline) => self.engine.push_until(op, slot as u64, deadline),
+            None => self.engine.push(op, slot as u64),
+        };
+        if let Err(e) = pushed {
             let record = self.inflight[slot].take().expect("just inserted");
             self.free_slots.push(slot);
             self.in_flight_count -= 1;
@@ -773,7 +808,7 @@ impl<A: Admission> Worker<A> {
             count: 1,
             offset: self.volume.host_offset + record.io.offset,
         };
-        self.submit_op(record, op);
+        self.submit_op(record, op, None);
         None
     }
 

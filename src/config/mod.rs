@@ -72,6 +72,17 @@ pub enum DeviceKind {
     /// No storage: every request completes at once without I/O (reads return guest memory
     /// untouched). For measuring the daemon's own overhead.
     Null,
+    /// A file like `file`, whose completions are held until the model of
+    /// `[device.emulated]` says the request is done: a disk whose behaviour is known, for
+    /// reproducible QoS tests and benchmarks.
+    Emulated,
+}
+
+impl DeviceKind {
+    /// Whether `device.path` holds the data.
+    pub fn has_file(self) -> bool {
+        self != DeviceKind::Null
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -98,6 +109,9 @@ pub struct DeviceConfig {
     /// QoS parameters (`[device.qos]`).
     #[serde(default)]
     pub qos: crate::qos::QosConfig,
+    /// The true behaviour of `kind = "emulated"` (`[device.emulated]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub emulated: Option<crate::emulated::EmulatedConfig>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
@@ -203,11 +217,32 @@ impl Config {
     /// Everything that can be checked without opening the device.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let d = &self.device;
-        if d.kind == DeviceKind::File && d.path.is_none() {
+        if d.kind.has_file() && d.path.is_none() {
+            let kind = if d.kind == DeviceKind::File {
+                "file"
+            } else {
+                "emulated"
+            };
             return Err(invalid(
                 "device.path",
-                "required when device.kind = \"file\"",
+                format!("required when device.kind = \"{kind}\""),
             ));
+        }
+        match (&d.emulated, d.kind) {
+            (None, DeviceKind::Emulated) => {
+                return Err(invalid(
+                    "device.emulated",
+                    "required when device.kind = \"emulated\" (the device's six numbers)",
+                ))
+            }
+            (Some(_), kind) if kind != DeviceKind::Emulated => {
+                return Err(invalid(
+                    "device.emulated",
+                    "only for device.kind = \"emulated\"",
+                ))
+            }
+            (Some(e), _) => e.validate().map_err(ConfigError::Section)?,
+            (None, _) => {}
         }
         if d.queue_depth == 0 || d.queue_depth > 65_536 {
             return Err(invalid(

@@ -5,14 +5,15 @@
 use super::plan::{Job, JobResult};
 use super::Target;
 use crate::cost_model::{CostInput, IoKind, LinearModel};
-use crate::sim::disk::Disk;
+use crate::emulated::EmulatedDisk;
 use crate::sim::rng::Rng;
 use hdrhistogram::Histogram;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 pub struct SimTarget {
-    disk: Disk,
+    /// The disk as it is when idle; each job starts from a copy.
+    idle: EmulatedDisk,
     size: u64,
     rng: Rng,
 }
@@ -22,7 +23,7 @@ impl SimTarget {
     /// served in parallel.
     pub fn new(truth: LinearModel, channels: usize, size: u64) -> Self {
         SimTarget {
-            disk: Disk::new(truth, 1.0, channels, usize::MAX),
+            idle: EmulatedDisk::new(truth, 1.0, channels, 0),
             size,
             rng: Rng::new(1),
         }
@@ -45,8 +46,7 @@ impl Target for SimTarget {
         } else {
             IoKind::Read
         };
-        let mut channels: BinaryHeap<Reverse<u64>> =
-            (0..self.disk.channels.len()).map(|_| Reverse(0)).collect();
+        let mut disk = self.idle.clone();
         // Outstanding requests by completion time, with their submission time.
         let mut in_flight: BinaryHeap<Reverse<(u64, u64)>> = BinaryHeap::new();
         let mut latency_us = Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("bounds");
@@ -72,10 +72,7 @@ impl Target for SimTarget {
                     prev_end,
                 };
                 prev_end = Some(offset + job.block_size - 1);
-                let service = self.disk.service_ns(self.disk.true_cost_ns(&input));
-                let Reverse(free_at) = channels.pop().expect("at least one channel");
-                let done = free_at.max(now) + service;
-                channels.push(Reverse(done));
+                let done = disk.serve(now, &input).done_ns;
                 in_flight.push(Reverse((done, now)));
                 if let Some(i) = interval_ns {
                     next_submit = next_submit.max(now) + i;

@@ -23,6 +23,7 @@ use super::report::{Completion, SimResult, TracePoint};
 use super::scenario::Scenario;
 use super::workload::Workload;
 use super::Error;
+use crate::emulated::EmulatedDisk;
 
 /// Index of a request in the slab.
 pub(crate) type ReqId = usize;
@@ -38,8 +39,8 @@ enum Event {
     Arrival(usize),
     /// A volume's wait timer (token guards against stale timers).
     Timer(usize, u64),
-    /// A channel finished its request.
-    Done(usize),
+    /// The disk finished a request.
+    Done(ReqId),
     /// Planner tick.
     Plan,
 }
@@ -53,6 +54,8 @@ struct Req {
     gen_ns: u64,
     alloc_ns: u64,
     start_ns: u64,
+    /// What the disk prices (with the volume's own seq/rand history), set at dispatch.
+    input: CostInput,
     cost_ns: u64,
     charge: Option<Charge>,
 }
@@ -129,9 +132,7 @@ pub fn run(sc: &Scenario) -> Result<SimResult, Error> {
         vols,
         wls,
         disk: Disk::new(
-            truth,
-            sc.disk.speed,
-            sc.disk.channels as usize,
+            EmulatedDisk::new(truth, sc.disk.speed, sc.disk.channels as usize, 0),
             sc.disk.slots as usize,
         ),
         size_model: Box::new(model),
@@ -190,7 +191,7 @@ impl Sim {
                         self.kick(v);
                     }
                 }
-                Event::Done(ch) => self.done(ch),
+                Event::Done(id) => self.done(id),
                 Event::Plan => self.plan(),
             }
         }
@@ -235,6 +236,12 @@ impl Sim {
             gen_ns: self.now,
             alloc_ns: 0,
             start_ns: 0,
+            input: CostInput {
+                kind,
+                offset,
+                len,
+                prev_end: None,
+            },
             cost_ns: 0,
             charge: None,
         };
@@ -292,7 +299,7 @@ impl Sim {
             self.vstate[v].prev_end = Some(io.offset.saturating_add(io.len));
         }
         let r = &mut self.reqs[id];
-        r.cost_ns = self.disk.true_cost_ns(&input);
+        r.input = input;
         r.alloc_ns = self.now;
         r.charge = Some(charge);
         if self.disk.in_device < self.disk.slots {
@@ -303,24 +310,15 @@ impl Sim {
     }
 
     fn start(&mut self, id: ReqId) {
-        self.reqs[id].start_ns = self.now;
         self.disk.in_device += 1;
-        match self.disk.free_channel() {
-            Some(ch) => self.serve(ch, id),
-            None => self.disk.fifo.push_back(id),
-        }
+        let service = self.disk.emulated.serve(self.now, &self.reqs[id].input);
+        let r = &mut self.reqs[id];
+        r.start_ns = self.now;
+        r.cost_ns = service.cost_ns;
+        self.push(service.done_ns, Event::Done(id));
     }
 
-    fn serve(&mut self, ch: usize, id: ReqId) {
-        self.disk.channels[ch] = Some(id);
-        let at = self.now + self.disk.service_ns(self.reqs[id].cost_ns);
-        self.push(at, Event::Done(ch));
-    }
-
-    fn done(&mut self, ch: usize) {
-        let Some(id) = self.disk.channels[ch].take() else {
-            return;
-        };
+    fn done(&mut self, id: ReqId) {
         self.disk.in_device -= 1;
         let r = self.reqs[id].clone();
         if let Some(charge) = r.charge {
@@ -340,9 +338,6 @@ impl Sim {
             });
         }
         self.free.push(id);
-        if let Some(next) = self.disk.fifo.pop_front() {
-            self.serve(ch, next);
-        }
         if let Some(next) = self.disk.slot_wait.pop_front() {
             self.start(next);
         }

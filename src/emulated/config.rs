@@ -1,0 +1,122 @@
+//! `[device.emulated]`: the true behaviour of a `kind = "emulated"` device.
+//!
+//! ```toml
+//! [device.emulated]
+//! rbps = 2000000000      # the device's true cost model: the six keys of [device.model]
+//! rseqiops = 400000
+//! rrandiops = 400000
+//! wbps = 1000000000
+//! wseqiops = 200000
+//! wrandiops = 200000
+//! base_latency = "50us"  # added to every request
+//! channels = 8           # requests served in parallel
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+use super::EmulatedDisk;
+use crate::cost_model::{LinearModel, LinearParams};
+use crate::qos::DurationUs;
+
+/// Most channels accepted; far beyond any real device's internal parallelism.
+const MAX_CHANNELS: u32 = 1024;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmulatedConfig {
+    pub rbps: u64,
+    pub rseqiops: u64,
+    pub rrandiops: u64,
+    pub wbps: u64,
+    pub wseqiops: u64,
+    pub wrandiops: u64,
+    /// Fixed latency of every request, on top of its service time.
+    #[serde(default = "default_base_latency")]
+    pub base_latency: DurationUs,
+    /// Requests served in parallel; together they deliver the six numbers.
+    #[serde(default = "default_channels")]
+    pub channels: u32,
+}
+
+fn default_base_latency() -> DurationUs {
+    DurationUs(50)
+}
+
+fn default_channels() -> u32 {
+    8
+}
+
+impl EmulatedConfig {
+    pub fn params(&self) -> LinearParams {
+        LinearParams {
+            rbps: self.rbps,
+            rseqiops: self.rseqiops,
+            rrandiops: self.rrandiops,
+            wbps: self.wbps,
+            wseqiops: self.wseqiops,
+            wrandiops: self.wrandiops,
+        }
+    }
+
+    /// Checks every key; the error names it.
+    pub fn validate(&self) -> Result<(), String> {
+        let p = self.params();
+        for (key, v) in [
+            ("rbps", p.rbps),
+            ("rseqiops", p.rseqiops),
+            ("rrandiops", p.rrandiops),
+            ("wbps", p.wbps),
+            ("wseqiops", p.wseqiops),
+            ("wrandiops", p.wrandiops),
+        ] {
+            if v == 0 {
+                return Err(format!("device.emulated.{key}: must be > 0 (got 0)"));
+            }
+        }
+        if !(1..=MAX_CHANNELS).contains(&self.channels) {
+            return Err(format!(
+                "device.emulated.channels: must be within 1..={MAX_CHANNELS} (got {})",
+                self.channels
+            ));
+        }
+        if self.base_latency.0 > 1_000_000 {
+            return Err(format!(
+                "device.emulated.base_latency: at most 1s (got {})",
+                self.base_latency
+            ));
+        }
+        Ok(())
+    }
+
+    /// The disk this describes, idle.
+    pub fn disk(&self) -> EmulatedDisk {
+        EmulatedDisk::new(
+            LinearModel::new(self.params()),
+            1.0,
+            self.channels as usize,
+            self.base_latency.0 * 1000,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SIX: &str = "rbps = 2000000000\nrseqiops = 400000\nrrandiops = 400000\n\
+                       wbps = 1000000000\nwseqiops = 200000\nwrandiops = 200000\n";
+
+    #[test]
+    fn parses_with_defaults_and_names_bad_keys() {
+        let c: EmulatedConfig = toml::from_str(SIX).unwrap();
+        c.validate().unwrap();
+        assert_eq!((c.channels, c.base_latency), (8, DurationUs(50)));
+        assert_eq!(c.disk().channels(), 8);
+        let missing = toml::from_str::<EmulatedConfig>("rbps = 1").unwrap_err();
+        assert!(missing.to_string().contains("rseqiops"), "{missing}");
+        let zero: EmulatedConfig = toml::from_str(&format!("{SIX}channels = 0")).unwrap();
+        let e = zero.validate().unwrap_err();
+        assert!(e.starts_with("device.emulated.channels"), "{e}");
+        assert!(toml::from_str::<EmulatedConfig>(&format!("{SIX}chanels = 2")).is_err());
+    }
+}
