@@ -41,5 +41,6 @@ pub(crate) fn deactivate_idle(dev: &DeviceShared, st: &mut DeviceState, ctx: &Pe
         v.usage_ppm.store(0, Relaxed);
         st.active.swap_remove(i);
     }
+    dev.nr_active.store(st.active.len(), Relaxed);
     st.tree.commit_weights(&dev.hweight_gen);
 }

@@ -127,28 +127,34 @@ pub(crate) fn plan(dev: &DeviceShared) -> u64 {
     st.tree.commit_weights(&dev.hweight_gen);
     st.scratch.surpluses.clear();
 
-    let targets_us = [params.rlat_us, params.wlat_us];
-    let queue = st.lat_floors.observe(
-        lat.mean_lat_us,
-        lat.mean_se_us,
-        ctx.ppm_thr,
-        targets_us,
-        now.now_ns,
-    );
-    st.busy_level = busy::next_busy_level(st.busy_level, &lat, queue, &demand, ctx.ppm_thr);
-    st.gross_streak = if lat.grossly_missed(ctx.ppm_thr, targets_us) {
-        st.gross_streak.saturating_add(1)
-    } else {
-        0
-    };
     let vrate_before = st.vtime_base_rate;
-    vrate::adjust_base_vrate(dev, st, demand.nr_lagging);
-    let missed_at_min =
-        if lat.missed_target(ctx.ppm_thr) && st.vtime_base_rate <= params.vrate_min() {
-            st.last.missed_at_min.saturating_add(1)
+    let mut queue = queue::Queue::Clear;
+    let mut missed_at_min = 0;
+    if st.active.len() <= 1 {
+        // Alone on the device, a volume is not throttled (`VolumeQos::admit_at`): its
+        // misses are its own and its unused budget was not lost, so vrate, busy_level
+        // and the latency floor hold for when a neighbour arrives.
+        st.vtime_err = 0;
+    } else {
+        let targets_us = [params.rlat_us, params.wlat_us];
+        queue = st.lat_floors.observe(
+            lat.mean_lat_us,
+            lat.mean_se_us,
+            ctx.ppm_thr,
+            targets_us,
+            now.now_ns,
+        );
+        st.busy_level = busy::next_busy_level(st.busy_level, &lat, queue, &demand, ctx.ppm_thr);
+        st.gross_streak = if lat.grossly_missed(ctx.ppm_thr, targets_us) {
+            st.gross_streak.saturating_add(1)
         } else {
             0
         };
+        vrate::adjust_base_vrate(dev, st, demand.nr_lagging);
+        if lat.missed_target(ctx.ppm_thr) && st.vtime_base_rate <= params.vrate_min() {
+            missed_at_min = st.last.missed_at_min.saturating_add(1);
+        }
+    }
 
     dev.cur_period.fetch_add(1, Relaxed);
     if !st.active.is_empty() {

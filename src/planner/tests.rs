@@ -55,9 +55,10 @@ fn donation_matches_the_spec_worked_example() {
 fn missed_latency_lowers_vrate_after_four_periods() {
     let (dev, clock) = device(&qos_10ms());
     let v = dev.add_volume("v", None, 100).unwrap();
+    let n = dev.add_volume("neighbour", None, 100).unwrap();
     let mut vrates = Vec::new();
     for _ in 0..8 {
-        let rec = read_period(&dev, &v, &clock, 6_000_000); // 6 ms > 5 ms target
+        let rec = read_period(&dev, &v, &n, &clock, 6_000_000); // 6 ms > 5 ms target
         vrates.push(dev.vrate_ppm());
         assert!(rec.missed_ppm[0] > 50_000);
     }
@@ -75,12 +76,13 @@ fn missed_latency_lowers_vrate_after_four_periods() {
 fn gross_misses_lower_vrate_by_the_largest_step_from_the_second_period() {
     let (dev, clock) = device(&qos_10ms());
     let v = dev.add_volume("v", None, 100).unwrap();
+    let n = dev.add_volume("neighbour", None, 100).unwrap();
     // One gross period, then ordinary misses: the kernel's slow start.
-    read_period(&dev, &v, &clock, 25_000_000);
-    read_period(&dev, &v, &clock, 6_000_000);
+    read_period(&dev, &v, &n, &clock, 25_000_000);
+    read_period(&dev, &v, &n, &clock, 6_000_000);
     assert_eq!(dev.vrate_ppm(), 1_000_000);
     let vrates: Vec<u64> = (0..3)
-        .map(|_| read_period(&dev, &v, &clock, 25_000_000).vrate_after_ppm)
+        .map(|_| read_period(&dev, &v, &n, &clock, 25_000_000).vrate_after_ppm)
         .collect();
     assert_eq!(vrates[0], 1_000_000, "first gross period of the streak");
     assert!(vrates[1].abs_diff(840_000) < 10, "{vrates:?}");
@@ -97,9 +99,10 @@ fn starved_volume_raises_vrate_up_to_max() {
     };
     let (dev, clock) = device(&qos);
     let v = dev.add_volume("v", None, 100).unwrap();
+    let n = dev.add_volume("neighbour", None, 100).unwrap();
     let mut max_seen = 0;
     for _ in 0..40 {
-        saturated_period(&dev, &v, &clock, 1_000);
+        saturated_period(&dev, &v, &n, &clock, 1_000);
         max_seen = max_seen.max(dev.vrate_ppm());
         // vrate_max = ⌈1.1 · 137 438⌉ = 151 182 vtime/µs = 110.0001 %.
         assert!(dev.vrate_ppm() <= 1_100_001, "{}", dev.vrate_ppm());
@@ -115,9 +118,10 @@ fn starved_volume_raises_vrate_up_to_max() {
 fn latency_rising_within_the_target_holds_vrate() {
     let (dev, clock) = device(&qos_10ms());
     let v = dev.add_volume("v", None, 100).unwrap();
+    let n = dev.add_volume("neighbour", None, 100).unwrap();
     // Short of budget every period; the first period sets a 1 ms floor, then latency
     // doubles: 2 ms, above a quarter of the 5 ms target, no misses.
-    let saturated_period = |lat_ns: u64| saturated_period(&dev, &v, &clock, lat_ns);
+    let saturated_period = |lat_ns: u64| saturated_period(&dev, &v, &n, &clock, lat_ns);
     saturated_period(1_000_000);
     for _ in 0..20 {
         let rec = saturated_period(2_000_000);
@@ -145,7 +149,8 @@ fn misses_with_vrate_at_min_are_counted() {
     };
     let (dev, clock) = device(&qos);
     let v = dev.add_volume("v", None, 100).unwrap();
-    let run_period = |lat_ns: u64| read_period(&dev, &v, &clock, lat_ns);
+    let n = dev.add_volume("neighbour", None, 100).unwrap();
+    let run_period = |lat_ns: u64| read_period(&dev, &v, &n, &clock, lat_ns);
     // Four busy periods before vrate moves (busy_level 4), the fourth takes it from 100 %
     // to the 99 % minimum; only from then on are misses counted.
     let counts: Vec<u32> = (0..8)
@@ -161,14 +166,67 @@ fn misses_with_vrate_at_min_are_counted() {
     assert_eq!(run_period(1_000_000).missed_at_min, 0);
 }
 
+/// Alone on the device a volume is never told to wait, whatever the model says, and its
+/// misses do not move vrate (they are its own); its usage still counts. Once a neighbour
+/// is active, the same load is throttled again.
+#[test]
+fn a_lone_volume_is_not_throttled_and_holds_vrate() {
+    let (dev, clock) = device(&qos_10ms());
+    let v = dev.add_volume("v", None, 100).unwrap();
+    let n = dev.add_volume("neighbour", None, 100).unwrap();
+    for _ in 0..8 {
+        // Three periods' worth of device time per period, each read 6 ms > 5 ms target.
+        for _ in 0..300 {
+            match v.admit(&io_us(100)) {
+                Admission::Go(c) => {
+                    let t = clock.now_ns();
+                    v.complete(&c, t, t, t + 6_000_000);
+                }
+                Admission::Wait { .. } => panic!("a lone volume waited"),
+            }
+        }
+        clock.advance(dev.period_ns());
+        dev.plan();
+        let rec = dev.last_period();
+        assert!(rec.missed_ppm[0] > 500_000, "{rec:?}");
+        assert_eq!((rec.nr_active, rec.busy_level), (1, 0), "{rec:?}");
+        assert_eq!(rec.vrate_after_ppm, 1_000_000);
+    }
+    assert!(v.stats().usage_pct > 250.0, "{:?}", v.stats());
+    let throttled = (0..300).any(|_| {
+        keep_active(&n, &clock);
+        matches!(v.admit(&io_us(100)), Admission::Wait { .. })
+    });
+    assert!(
+        throttled,
+        "with a neighbour active the volume is throttled again"
+    );
+}
+
+/// A lone volume is not throttled and does not move vrate (nobody to protect): the
+/// controller tests keep a `neighbour` active with one instant 1 µs read per period.
+fn keep_active(neighbour: &VolumeQos, clock: &ManualClock) {
+    if let Admission::Go(c) = neighbour.admit(&io_us(1)) {
+        let t = clock.now_ns();
+        neighbour.complete(&c, t, t, t);
+    }
+}
+
 /// One planning period in which volume `v` issues 20 small reads that each take
-/// `lat_ns` on the device; returns the planner's record of it.
-fn read_period(dev: &QosDevice, v: &VolumeQos, clock: &ManualClock, lat_ns: u64) -> PeriodRecord {
+/// `lat_ns` on the device (and `neighbour` keeps active); returns the planner's record.
+fn read_period(
+    dev: &QosDevice,
+    v: &VolumeQos,
+    neighbour: &VolumeQos,
+    clock: &ManualClock,
+    lat_ns: u64,
+) -> PeriodRecord {
     let read = IoRequest {
         kind: IoKind::Read,
         offset: 0,
         len: 10,
     };
+    keep_active(neighbour, clock);
     for _ in 0..20 {
         if let Admission::Go(c) = v.admit(&read) {
             let t = clock.now_ns();
@@ -181,14 +239,16 @@ fn read_period(dev: &QosDevice, v: &VolumeQos, clock: &ManualClock, lat_ns: u64)
 }
 
 /// One planning period in which volume `v` issues as many 100 µs reads as its budget
-/// allows (it ends the period short), each taking `lat_ns` on the device; returns the
-/// planner's record of it.
+/// allows (it ends the period short), each taking `lat_ns` on the device, while
+/// `neighbour` keeps active; returns the planner's record of it.
 fn saturated_period(
     dev: &QosDevice,
     v: &VolumeQos,
+    neighbour: &VolumeQos,
     clock: &ManualClock,
     lat_ns: u64,
 ) -> PeriodRecord {
+    keep_active(neighbour, clock);
     for _ in 0..10 {
         while let Admission::Go(c) = v.admit(&io_us(100)) {
             let t = clock.now_ns();

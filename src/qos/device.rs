@@ -30,7 +30,7 @@
 //! (the issue path reads the path only to recompute hweights after a generation change)
 //! and it re-enters under the new parent with the same active/inuse weights.
 
-use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::cost_model::vtime::{VTIME_PER_USEC, WEIGHT_ONE};
@@ -99,6 +99,8 @@ pub(crate) struct DeviceShared {
     /// Mirrors of `DeviceState` values the issue path reads without the lock.
     pub base_rate: AtomicU64,
     pub margin_low: AtomicI64,
+    /// `DeviceState::active.len()`: a volume that is active alone is not throttled.
+    pub nr_active: AtomicUsize,
     state: Mutex<DeviceState>,
 }
 
@@ -240,6 +242,7 @@ impl QosDevice {
                 hweight_gen: AtomicU32::new(0),
                 base_rate: AtomicU64::new(rate),
                 margin_low: AtomicI64::new(margins.low),
+                nr_active: AtomicUsize::new(0),
                 state: Mutex::new(state),
             }),
         }

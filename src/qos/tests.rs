@@ -51,18 +51,22 @@ fn hierarchical_weights_of_the_kernel_example() {
 fn activation_grants_exactly_the_target_budget() {
     let (dev, clock) = device(&qos_10ms());
     let v = dev.add_volume("v", None, 100).unwrap();
+    // A lone volume is not throttled: a neighbour of equal weight halves v's share, so
+    // every request costs v twice its absolute cost.
+    let neighbour = dev.add_volume("n", None, 100).unwrap();
     // Idle for a long time: no banked credit. Budget is half a period = 5000 µs.
     clock.advance(10_000_000_000);
-    go(v.admit(&io_us(3_000)));
-    go(v.admit(&io_us(2_000)));
-    let until = wait(v.admit(&io_us(1_000)));
+    go(neighbour.admit(&io_us(1)));
+    go(v.admit(&io_us(1_500)));
+    go(v.admit(&io_us(1_000)));
+    let until = wait(v.admit(&io_us(500)));
     let now = clock.now_ns();
     // Short by 1000 µs at 100 % vrate, plus 1 % of the period as timer slack.
     assert_eq!(until, now + 1_000_000 + 100_000);
     // Wait committed nothing: retrying at the same instant waits for the same time.
-    assert_eq!(wait(v.admit(&io_us(1_000))), until);
+    assert_eq!(wait(v.admit(&io_us(500))), until);
     clock.set(until);
-    go(v.admit(&io_us(1_000)));
+    go(v.admit(&io_us(500)));
     let s = v.stats();
     assert_eq!(s.throttled, 1);
     assert_eq!(s.wait_us, 1_100);

@@ -232,13 +232,21 @@ impl VolumeQos {
         let abs = cfg.model.abs_cost(&input).min(MAX_ABS_COST);
         if !cfg.params.enable || abs == 0 {
             // Unthrottled, but still counted.
-            return self.go(io, abs, 0, now_ns);
+            return self.go(io, abs, 0, 0, now_ns);
         }
         let now = self.activate(now_ns);
+        if dev.nr_active.load(Relaxed) <= 1 {
+            // Alone on the device: nobody to protect, so nothing to throttle (a lone
+            // tenant is never slower than with QoS off, whatever the model says). Its
+            // usage counts; its vtime does not advance, and the budget it does not use
+            // is capped by the planner as for any volume, so it starts from at most
+            // about a period's budget when a neighbour arrives.
+            return self.go(io, abs, abs, 0, now.now_ns);
+        }
         let vtime = v.vtime.load(Relaxed);
         let cost = self.adjust_inuse_and_calc_cost(vtime, abs, &now);
         if before_eq(vtime.wrapping_add(cost), now.vnow) {
-            return self.go(io, abs, cost, now.now_ns);
+            return self.go(io, abs, abs, cost, now.now_ns);
         }
         self.throttle(io, abs, cost, vtime, now, cfg.params.timer_slack_ns)
     }
@@ -395,14 +403,17 @@ impl VolumeQos {
         }
     }
 
-    /// Commit and count an admitted request.
-    fn go(&self, io: &IoRequest, abs: u64, cost: u64, now_ns: u64) -> Admission {
+    /// Commit and count an admitted request of absolute cost `abs`: `cost` advances the
+    /// local vtime, `usage` counts as device time used.
+    fn go(&self, io: &IoRequest, abs: u64, usage: u64, cost: u64, now_ns: u64) -> Admission {
         let v = &*self.core;
         if cost != 0 {
             v.vtime.fetch_add(cost, Relaxed);
+        }
+        if usage != 0 {
             // Single writer: a plain store, not a locked add (a third of the issue path).
-            let usage = v.abs_vusage.load(Relaxed).wrapping_add(abs);
-            v.abs_vusage.store(usage, Relaxed);
+            let total = v.abs_vusage.load(Relaxed).wrapping_add(usage);
+            v.abs_vusage.store(total, Relaxed);
         }
         if io.kind != IoKind::Flush {
             v.cursor
@@ -456,6 +467,7 @@ impl VolumeQos {
         v.invalidate_hweights(dev.hweight_gen.load(Acquire));
         st.tree.nodes[node].activated_at_ns = now.now_ns;
         st.active.push((node, Arc::clone(&self.core)));
+        dev.nr_active.store(st.active.len(), Relaxed);
         v.on_active.store(true, Release);
         if !st.running {
             st.running = true;
@@ -514,7 +526,7 @@ impl VolumeQos {
         let v = &*self.core;
         if !v.on_active.load(Acquire) {
             // Deactivated by the planner since we looked: nothing to throttle against.
-            return self.go(io, abs, cost, now.now_ns);
+            return self.go(io, abs, abs, cost, now.now_ns);
         }
         let w = v.weights();
         if w.inuse.load(Relaxed) != w.active.load(Relaxed) {
@@ -529,7 +541,7 @@ impl VolumeQos {
             let (_, hwi) = v.hweights(dev.hweight_gen.load(Acquire));
             cost = abs_cost_to_cost(abs, hwi);
             if before_eq(vtime.wrapping_add(cost), now.vnow) {
-                return self.go(io, abs, cost, now.now_ns);
+                return self.go(io, abs, abs, cost, now.now_ns);
             }
         }
         if !v.waiting.load(Relaxed) {
