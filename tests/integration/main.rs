@@ -7,6 +7,7 @@ mod control;
 mod daemon;
 mod data_path;
 mod drain;
+mod emulated;
 mod guest;
 mod hostile;
 mod malformed;

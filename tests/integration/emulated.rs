@@ -1,0 +1,231 @@
+//! The emulated device (`kind = "emulated"`): a disk whose behaviour is known, served
+//! through the real data path. These tests check the device itself, then QoS on it with
+//! vrate free to move.
+
+use crate::client::{pattern, Client, Op};
+use crate::daemon::{config, volume, DaemonProcess};
+use std::time::Duration;
+use vhost_iocost::control::client;
+use vhost_iocost::loadgen::{self, Pattern, TenantResult, TenantSpec};
+
+/// A slow SSD: 20k random 4 KiB reads (50 µs of device time each), 4 channels, 50 µs
+/// base latency. The backing file is in the page cache (`direct = false`), so the host
+/// disk's own speed does not show through.
+pub const SLOW_DEVICE: &str = r#"
+kind = "emulated"
+direct = false
+[device.emulated]
+rbps = 400000000
+rseqiops = 20000
+rrandiops = 20000
+wbps = 200000000
+wseqiops = 10000
+wrandiops = 10000
+channels = 4
+base_latency = "50us"
+"#;
+
+/// A 1 M IOPS NVMe: faster than this machine can drive it, so the daemon's CPU is the
+/// bottleneck and any throttling by QoS would show.
+pub const FAST_DEVICE: &str = r#"
+kind = "emulated"
+direct = false
+[device.emulated]
+rbps = 6000000000
+rseqiops = 1000000
+rrandiops = 1000000
+wbps = 4000000000
+wseqiops = 800000
+wrandiops = 800000
+channels = 32
+base_latency = "10us"
+"#;
+
+pub fn reader(d: &DaemonProcess, name: &str, iodepth: usize, secs: u64) -> TenantSpec {
+    TenantSpec {
+        name: name.into(),
+        socket: d.socket(name),
+        rw: Pattern::RandRead,
+        bs: 4096,
+        iodepth,
+        runtime: Duration::from_secs(secs),
+        ramp: Duration::from_secs(1),
+        ..TenantSpec::default()
+    }
+}
+
+fn run_one(spec: TenantSpec) -> TenantResult {
+    let mut r = loadgen::run(&[spec]).unwrap();
+    let r = r.remove(0);
+    assert_eq!(r.errors, 0, "{r:?}");
+    r
+}
+
+#[test]
+fn emulated_device_serves_at_its_model_rate_and_keeps_the_data() {
+    let d = DaemonProcess::start(&config(
+        &format!("{SLOW_DEVICE}[device.qos]\nenable = false\n"),
+        &volume("v", 0, 16, ""),
+    ));
+    // Data goes to the file as usual.
+    let mut c = Client::connect(&d.socket("v"), 1, 1 << 20);
+    let data = pattern(4096, 256 << 10, 7);
+    c.buf()[..data.len()].copy_from_slice(&data);
+    let len = data.len();
+    assert_eq!(
+        c.run(Op::Write {
+            off: 4096,
+            len,
+            buf: 0
+        }),
+        0
+    );
+    c.buf()[..len].fill(0);
+    assert_eq!(
+        c.run(Op::Read {
+            off: 4096,
+            len,
+            buf: 0
+        }),
+        0
+    );
+    assert!(c.buf()[..len] == data[..], "read back what was written");
+    drop(c);
+
+    // 16 requests in flight keep all 4 channels busy: exactly the model's 20k IOPS.
+    let deep = run_one(reader(&d, "v", 16, 3));
+    assert!(
+        (18_000.0..=20_600.0).contains(&deep.iops),
+        "QD16: {:.0} IOPS, the model says 20000",
+        deep.iops
+    );
+    // One at a time: 4 channels × 50 µs of service plus the 50 µs base latency.
+    let qd1 = run_one(reader(&d, "v", 1, 2));
+    assert!(
+        (250.0..=450.0).contains(&qd1.lat_p50_us),
+        "QD1 p50 {:.0} µs, the model says 250 µs plus the daemon's round trip",
+        qd1.lat_p50_us
+    );
+}
+
+/// A volume's statistics from the control socket (the daemon must have one at
+/// `control.sock`).
+pub fn volume_stats(d: &DaemonProcess, name: &str) -> serde_json::Value {
+    let r = client::request(&d.path("control.sock"), "GET", "/v1/stats", None).unwrap();
+    let all = r.json().unwrap();
+    all["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == name)
+        .unwrap_or_else(|| panic!("no volume {name} in {all}"))
+        .clone()
+}
+
+/// With the default QoS settings (no model, no targets) a lone tenant gets what it gets
+/// with QoS off, on a slow device and on one faster than the machine can drive: none of
+/// its requests waits for QoS, and its throughput matches. The two daemons run side by
+/// side, each with its own emulated device, so this shared machine's noise hits both.
+#[test]
+fn a_lone_tenant_runs_as_fast_as_with_qos_off_on_slow_and_fast_devices() {
+    for (device, what) in [(SLOW_DEVICE, "slow"), (FAST_DEVICE, "1M IOPS")] {
+        let start = |qos: &str| {
+            DaemonProcess::start(&config(
+                &format!("{device}{qos}[control]\nsocket = \"control.sock\"\n"),
+                &volume("v", 0, 16, ""),
+            ))
+        };
+        let (off, on) = (start("[device.qos]\nenable = false\n"), start(""));
+        let tenant = |d: &DaemonProcess, name: &str| TenantSpec {
+            name: name.into(),
+            ..reader(d, "v", 32, 4)
+        };
+        let r = loadgen::run(&[tenant(&off, "off"), tenant(&on, "on")]).unwrap();
+        assert_eq!(r[0].errors + r[1].errors, 0);
+        let stats = volume_stats(&on, "v");
+        assert_eq!(stats["throttled"], 0, "{what}: {stats}");
+        assert_eq!(stats["wait_us"], 0, "{what}: {stats}");
+        let ratio = r[1].iops / r[0].iops;
+        eprintln!(
+            "{what}: QoS off {:.0} IOPS, default QoS {:.0} IOPS, ratio {ratio:.3}",
+            r[0].iops, r[1].iops
+        );
+        assert!(
+            ratio >= 0.95,
+            "{what} device: default QoS gives a lone tenant {:.0} IOPS, QoS off {:.0} ({ratio:.3})",
+            r[1].iops,
+            r[0].iops
+        );
+    }
+}
+
+/// The slow device's true model given as the cost model, with latency targets a little
+/// above its light-load latency (250 µs): vrate within the default bounds is free to move.
+const SLOW_MODEL_AND_TARGETS: &str = r#"
+[device.model]
+rbps = 400000000
+rseqiops = 20000
+rrandiops = 20000
+wbps = 200000000
+wseqiops = 10000
+wrandiops = 10000
+[device.qos]
+rpct = 90
+rlat = "1ms"
+wpct = 90
+wlat = "50ms"
+[control]
+socket = "control.sock"
+"#;
+
+#[test]
+fn weights_100_300_split_one_to_three_with_vrate_free() {
+    let d = DaemonProcess::start(&config(
+        &format!("{SLOW_DEVICE}{SLOW_MODEL_AND_TARGETS}"),
+        &(volume("light", 0, 16, "weight = 100") + &volume("heavy", 16, 16, "weight = 300")),
+    ));
+    let results = loadgen::run(&[reader(&d, "light", 16, 5), reader(&d, "heavy", 16, 5)]).unwrap();
+    let (light, heavy) = (&results[0], &results[1]);
+    assert_eq!(light.errors + heavy.errors, 0);
+    let ratio = heavy.iops / light.iops;
+    eprintln!(
+        "light {:.0} IOPS, heavy {:.0} IOPS, ratio {ratio:.3}",
+        light.iops, heavy.iops
+    );
+    assert!(
+        (2.85..=3.15).contains(&ratio),
+        "heavy/light = {ratio:.3} (light {:.0}, heavy {:.0} IOPS)",
+        light.iops,
+        heavy.iops
+    );
+}
+
+/// A QD1 reader beside a 1 MiB QD8 sequential writer at equal weights: without QoS the
+/// reader queues behind the writes; with it the reader keeps most of its solo IOPS while
+/// the writer keeps at least half its solo bandwidth.
+#[test]
+fn a_qd1_reader_beside_a_large_writer_keeps_most_of_its_solo_iops() {
+    let d = DaemonProcess::start(&config(
+        &format!("{SLOW_DEVICE}{SLOW_MODEL_AND_TARGETS}"),
+        &(volume("reader", 0, 16, "") + &volume("writer", 16, 32, "")),
+    ));
+    let writer = TenantSpec {
+        rw: Pattern::Write,
+        bs: 1 << 20,
+        iodepth: 8,
+        ..reader(&d, "writer", 8, 5)
+    };
+    let solo_reader = run_one(reader(&d, "reader", 1, 4));
+    let solo_writer = run_one(writer.clone());
+    let both = loadgen::run(&[reader(&d, "reader", 1, 6), writer]).unwrap();
+    let r = both[0].iops / solo_reader.iops;
+    let w = both[1].mib_per_s / solo_writer.mib_per_s;
+    eprintln!(
+        "reader {:.0} of {:.0} IOPS ({r:.2}), writer {:.0} of {:.0} MiB/s ({w:.2})",
+        both[0].iops, solo_reader.iops, both[1].mib_per_s, solo_writer.mib_per_s
+    );
+    assert!(
+        r >= 0.60 && w >= 0.50,
+        "reader {r:.2} of solo, writer {w:.2} of solo"
+    );
+}
