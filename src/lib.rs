@@ -10,6 +10,7 @@
 //! - [`control`]: the REST control plane, metrics, persistence and the `ctl` client.
 
 pub mod backend;
+pub mod calibration;
 pub mod config;
 pub mod control;
 pub mod cost_model;

@@ -109,8 +109,10 @@ fn run(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     // Block the signals before any thread exists, so every thread inherits the mask and
     // only the main thread takes them.
     let signals = daemon::block_termination_signals();
-    let daemon = Daemon::start(&config)?;
-    let control = match vhost_iocost::control::start(&config, path, &daemon) {
+    let calibration = vhost_iocost::control::calibrated::resolve(&config, path);
+    let effective = vhost_iocost::control::calibrated::apply(&config, calibration.as_ref());
+    let daemon = Daemon::start(&effective)?;
+    let control = match vhost_iocost::control::start(&config, path, &daemon, calibration) {
         Ok(c) => c,
         Err(e) => {
             daemon.stop();

@@ -15,6 +15,8 @@ use serde::{Deserialize, Serialize};
 pub enum Source {
     Config,
     Runtime,
+    /// Measured from the device at start-up (`crate::calibration`).
+    Calibrated,
 }
 
 /// A value and its origin.
@@ -38,6 +40,16 @@ impl<T> Sourced<T> {
             },
         }
     }
+}
+
+/// `GET /v1/device/model`: the cost model in effect, where it comes from, and for a
+/// calibrated one what was measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelView {
+    pub value: ModelConfig,
+    pub source: Source,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<crate::calibration::Calibration>,
 }
 
 /// `PATCH /v1/groups/{name}`.

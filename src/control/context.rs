@@ -12,6 +12,7 @@ use super::api::*;
 use super::error::ApiError;
 use super::state::{GroupOverride, RuntimeState, VolumeOverride};
 use crate::backend::volume::Volume;
+use crate::calibration::Calibration;
 use crate::config::{Config, ROOT_GROUP, WEIGHT_MAX, WEIGHT_MIN};
 use crate::cost_model::ModelConfig;
 use crate::qos::{QosConfig, QosDevice, VolumeQos};
@@ -44,6 +45,8 @@ pub struct Control {
     pub planner: Option<std::thread::Thread>,
     rates: Mutex<Rates>,
     started: Instant,
+    /// The model measured at start-up, when the config gives none.
+    calibrated: Option<Calibration>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -78,6 +81,43 @@ impl Control {
             planner,
             rates: Mutex::new(Rates::default()),
             started: Instant::now(),
+            calibrated: None,
+        }
+    }
+
+    /// The daemon runs with this calibrated model (see [`super::calibrated`]).
+    pub fn with_calibration(mut self, calibrated: Option<Calibration>) -> Self {
+        self.calibrated = calibrated;
+        self
+    }
+
+    /// A QoS configuration as it runs: with the calibrated default targets filled in.
+    fn qos_in_effect(&self, qos: &QosConfig) -> QosConfig {
+        match &self.calibrated {
+            Some(c) => c.qos_defaults(qos),
+            None => qos.clone(),
+        }
+    }
+
+    /// The model in effect and where it comes from.
+    pub fn model(&self) -> ModelView {
+        let st = lock(&self.state);
+        self.model_view(&st)
+    }
+
+    fn model_view(&self, st: &RuntimeState) -> ModelView {
+        let calibration = self.calibrated.clone().filter(|_| st.model.is_none());
+        let sourced = match (&st.model, &calibration) {
+            (None, Some(c)) => Sourced {
+                value: c.model.clone(),
+                source: Source::Calibrated,
+            },
+            _ => Sourced::pick(self.config.device.model.clone(), st.model.clone()),
+        };
+        ModelView {
+            value: sourced.value,
+            source: sourced.source,
+            calibration,
         }
     }
 
@@ -116,7 +156,7 @@ impl Control {
         }
         if let Some(q) = &st.qos {
             self.qos
-                .set_qos(q)
+                .set_qos(&self.qos_in_effect(q))
                 .map_err(|e| format!("state file {}: qos: {e}", self.state_path.display()))?;
         }
         for (name, o) in &st.groups {
@@ -189,7 +229,13 @@ impl Control {
         let p = self.qos.params();
         let stats = self.qos.stats();
         DeviceView {
-            model: Sourced::pick(self.config.device.model.clone(), st.model.clone()),
+            model: {
+                let m = self.model_view(&st);
+                Sourced {
+                    value: m.value,
+                    source: m.source,
+                }
+            },
             qos: Sourced::pick(self.config.device.qos.clone(), st.qos.clone()),
             effective: EffectiveQos {
                 enable: p.enable,
@@ -213,7 +259,7 @@ impl Control {
             |s| s.qos = Some(qos.clone()),
             || {
                 self.qos
-                    .set_qos(&qos)
+                    .set_qos(&self.qos_in_effect(&qos))
                     .map_err(|e| ApiError::from_validation(&e.to_string()))
             },
         )?;

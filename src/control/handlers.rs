@@ -67,6 +67,7 @@ pub fn routes() -> Routes {
     Routes::new()
         .add("GET", "/v1/device", get_device)
         .add("PUT", "/v1/device/qos", put_qos)
+        .add("GET", "/v1/device/model", get_model)
         .add("PUT", "/v1/device/model", put_model)
         .add("GET", "/v1/groups", get_groups)
         .add("GET", "/v1/groups/{name}", get_group)
@@ -89,6 +90,10 @@ async fn get_device(State(c): Ctx) -> Response {
 async fn put_qos(State(c): Ctx, body: Bytes) -> Result<Response, ApiError> {
     let q: QosConfig = parse_body(&body)?;
     Ok(Json(c.put_qos(q)?).into_response())
+}
+
+async fn get_model(State(c): Ctx) -> Response {
+    Json(c.model()).into_response()
 }
 
 async fn put_model(State(c): Ctx, body: Bytes) -> Result<Response, ApiError> {

@@ -6,6 +6,7 @@
 //! * [`handlers`]: the routes; [`api`]: the JSON documents; [`error`]: error responses;
 //! * [`context`]: the operations behind the routes ([`Control`]);
 //! * [`state`]: the state file that makes runtime changes persistent;
+//! * [`calibrated`]: the calibrated model, measured at start-up and kept in the state file;
 //! * [`metrics`]: `GET /metrics`;
 //! * [`client`] and [`ctl`]: the command-line client.
 //!
@@ -13,6 +14,7 @@
 //! `docs/openapi.json` and the README ("Control plane").
 
 pub mod api;
+pub mod calibrated;
 pub mod client;
 pub mod context;
 pub mod ctl;
@@ -37,14 +39,18 @@ pub fn start(
     config: &Config,
     config_path: &Path,
     daemon: &Daemon,
+    calibration: Option<crate::calibration::Calibration>,
 ) -> Result<Option<ControlServer>, String> {
-    let ctl = Arc::new(Control::new(
-        daemon.qos.clone(),
-        daemon.servers.iter().map(|s| s.volume.clone()).collect(),
-        config.clone(),
-        state::state_path(config_path),
-        Some(daemon.planner.clone()),
-    ));
+    let ctl = Arc::new(
+        Control::new(
+            daemon.qos.clone(),
+            daemon.servers.iter().map(|s| s.volume.clone()).collect(),
+            config.clone(),
+            state::state_path(config_path),
+            Some(daemon.planner.clone()),
+        )
+        .with_calibration(calibration),
+    );
     ctl.restore()?;
     let Some(socket) = &config.control.socket else {
         return Ok(None);

@@ -12,7 +12,8 @@
 //!   "qos":   { "enable": true, "rpct": 95.0, "rlat": "5ms", ... },   // PUT /v1/device/qos
 //!   "model": { "preset": "ssd", ... },                                // PUT /v1/device/model
 //!   "groups":  { "tenant-a": { "weight": 300 } },                     // PATCH /v1/groups/..
-//!   "volumes": { "vm1-root": { "weight": 50, "group": "tenant-a" } }  // PATCH /v1/volumes/..
+//!   "volumes": { "vm1-root": { "weight": 50, "group": "tenant-a" } }, // PATCH /v1/volumes/..
+//!   "calibrated": { "device": "/dev/nvme0n1", "size": ..., "model": {...}, ... }
 //! }
 //! ```
 //!
@@ -23,6 +24,7 @@
 //! that no longer exist in the config are dropped (with a warning) when the state is
 //! applied at start-up.
 
+use crate::calibration::Calibration;
 use crate::cost_model::ModelConfig;
 use crate::qos::QosConfig;
 use serde::{Deserialize, Serialize};
@@ -65,6 +67,9 @@ pub struct RuntimeState {
     pub groups: BTreeMap<String, GroupOverride>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub volumes: BTreeMap<String, VolumeOverride>,
+    /// The model measured at start-up when the config gives none (`crate::calibration`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibrated: Option<Calibration>,
 }
 
 impl Default for RuntimeState {
@@ -75,6 +80,7 @@ impl Default for RuntimeState {
             model: None,
             groups: BTreeMap::new(),
             volumes: BTreeMap::new(),
+            calibrated: None,
         }
     }
 }

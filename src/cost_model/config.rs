@@ -62,6 +62,19 @@ pub struct ModelConfig {
 }
 
 impl ModelConfig {
+    /// The six measured numbers, everything else at its default.
+    pub fn from_params(p: LinearParams) -> Self {
+        ModelConfig {
+            rbps: Some(p.rbps),
+            rseqiops: Some(p.rseqiops),
+            rrandiops: Some(p.rrandiops),
+            wbps: Some(p.wbps),
+            wseqiops: Some(p.wseqiops),
+            wrandiops: Some(p.wrandiops),
+            ..ModelConfig::default()
+        }
+    }
+
     fn six(&self) -> [(&'static str, Option<u64>); 6] {
         [
             ("rbps", self.rbps),

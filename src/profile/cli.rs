@@ -36,9 +36,22 @@ pub struct ProfileArgs {
     /// coefficients of an existing PATH are measured.
     #[arg(long)]
     destructive: bool,
+    /// Latency percentile of the suggested targets: 50, 90, 95 or 99 (default 95, or 50
+    /// on a disk sysfs calls rotational). Higher percentiles react to queueing sooner.
+    #[arg(long, value_parser = parse_percentile)]
+    percentile: Option<f64>,
     /// Also write the tables to this file.
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
+}
+
+fn parse_percentile(s: &str) -> Result<f64, String> {
+    let p: f64 = s.parse().map_err(|_| format!("not a number: {s:?}"))?;
+    if super::plan::PERCENTILES.contains(&p) {
+        Ok(p)
+    } else {
+        Err(format!("must be one of 50, 90, 95, 99 (got {s})"))
+    }
 }
 
 fn parse_size(s: &str) -> Result<ByteSize, String> {
@@ -122,6 +135,9 @@ fn measure(args: &ProfileArgs, created: bool) -> Result<(), Box<dyn std::error::
     let p = profile(&mut target, &plan, &mut report)?;
     eprintln!();
     let rotational = is_rotational(meta.rdev(), meta.dev(), is_block);
+    let percentile = args
+        .percentile
+        .unwrap_or(if rotational { 50.0 } else { 95.0 });
     let header = format!(
         "vhost-iocost profile of {} ({} used, {:?} per job{})\nread latency p50/p90/p95/p99 at 90% load: {:?} us{}",
         path.display(),
@@ -131,7 +147,7 @@ fn measure(args: &ProfileArgs, created: bool) -> Result<(), Box<dyn std::error::
         p.read_latency_us,
         if writes { format!("\nwrite latency p50/p90/p95/p99 at 90% load: {:?} us", p.write_latency_us) } else { String::new() },
     );
-    let text = p.to_toml(rotational, &header);
+    let text = p.to_toml(percentile, &header);
     print!("{text}");
     if let Some(out) = &args.out {
         std::fs::write(out, &text).map_err(|e| format!("{}: {e}", out.display()))?;

@@ -179,41 +179,92 @@ pub fn profile(
     Ok(p)
 }
 
-/// `[device.qos]` suggested from a profile: percentile 95 (50 on rotational disks), the
-/// latency at that percentile under paced load times 1.5, vrate 60–100 %.
-pub fn suggest_qos(p: &Profile, rotational: bool) -> (f64, u64, f64, u64) {
-    let (pct, index) = if rotational { (50.0, 0) } else { (95.0, 2) };
+/// Write coefficients estimated from the reads, as a fraction of them, where writes were
+/// not measured: the ratio of the kernel's ordinary-SSD and fast-SSD presets (0.88 and
+/// 0.56), rounded down so that unmeasured writes are priced high rather than low.
+pub const WRITE_ESTIMATE: f64 = 0.5;
+
+/// The percentiles a profile measures latency at; a suggestion uses one of them.
+pub const PERCENTILES: [f64; 4] = [50.0, 90.0, 95.0, 99.0];
+
+/// `[device.qos]` suggested from a profile, resctl-demo's rule at `percentile` (one of
+/// [`PERCENTILES`]): the latency at that percentile under 90 % load, times 1.5. Returns
+/// `(rpct, rlat_us, wpct, wlat_us)`; without measured writes `wpct` is 0 (no write
+/// target). The daemon's calibrated defaults use the same rule at p90
+/// (`crate::calibration`).
+pub fn suggest_qos(p: &Profile, percentile: f64) -> (f64, u64, f64, u64) {
+    let index = PERCENTILES
+        .iter()
+        .position(|&q| q == percentile)
+        .unwrap_or(2);
+    let pct = PERCENTILES[index];
     let lat = |l: [u64; 4]| (l[index] as f64 * 1.5).ceil().max(1.0) as u64;
-    (pct, lat(p.read_latency_us), pct, lat(p.write_latency_us))
+    if p.writes_measured() {
+        (pct, lat(p.read_latency_us), pct, lat(p.write_latency_us))
+    } else {
+        (pct, lat(p.read_latency_us), 0.0, 0)
+    }
 }
 
 impl Profile {
-    /// The `[device.model]` and `[device.qos]` tables, ready to paste into a config.
-    pub fn to_toml(&self, rotational: bool, header: &str) -> String {
+    pub fn writes_measured(&self) -> bool {
+        self.model.wbps > 0
+    }
+
+    /// The six coefficients, with the write ones estimated ([`WRITE_ESTIMATE`] × the
+    /// reads) where they were not measured.
+    pub fn model_with_writes(&self) -> LinearParams {
+        if self.writes_measured() {
+            return self.model;
+        }
+        let r = self.model;
+        let estimate = |v: u64| ((v as f64 * WRITE_ESTIMATE).round() as u64).max(1);
+        LinearParams {
+            wbps: estimate(r.rbps),
+            wseqiops: estimate(r.rseqiops),
+            wrandiops: estimate(r.rrandiops),
+            ..r
+        }
+    }
+
+    /// The `[device.model]` and `[device.qos]` tables, ready to paste into a config, with
+    /// targets at `percentile` (see [`suggest_qos`]). Every table it prints is one the
+    /// config accepts: unmeasured write coefficients are printed as estimates, marked so.
+    pub fn to_toml(&self, percentile: f64, header: &str) -> String {
         use std::fmt::Write;
-        let (rpct, rlat, wpct, wlat) = suggest_qos(self, rotational);
+        let (rpct, rlat, wpct, wlat) = suggest_qos(self, percentile);
+        let m = self.model_with_writes();
         let mut out = String::new();
         for line in header.lines() {
             let _ = writeln!(out, "# {line}");
         }
         let _ = writeln!(out, "[device.model]");
-        let _ = writeln!(out, "rbps = {}", self.model.rbps);
-        let _ = writeln!(out, "rseqiops = {}", self.model.rseqiops);
-        let _ = writeln!(out, "rrandiops = {}", self.model.rrandiops);
-        let writes = self.model.wbps > 0;
-        let w = if writes {
-            ""
+        let _ = writeln!(out, "rbps = {}", m.rbps);
+        let _ = writeln!(out, "rseqiops = {}", m.rseqiops);
+        let _ = writeln!(out, "rrandiops = {}", m.rrandiops);
+        let estimated = if self.writes_measured() {
+            String::new()
         } else {
-            "# not measured (needs --destructive): "
+            format!(
+                "   # estimated: {WRITE_ESTIMATE} x the read value (writes not measured; \
+                 --destructive or --scratch measures them)"
+            )
         };
-        let _ = writeln!(out, "{w}wbps = {}", self.model.wbps);
-        let _ = writeln!(out, "{w}wseqiops = {}", self.model.wseqiops);
-        let _ = writeln!(out, "{w}wrandiops = {}", self.model.wrandiops);
+        let _ = writeln!(out, "wbps = {}{estimated}", m.wbps);
+        let _ = writeln!(out, "wseqiops = {}{estimated}", m.wseqiops);
+        let _ = writeln!(out, "wrandiops = {}{estimated}", m.wrandiops);
         let _ = writeln!(out, "\n[device.qos]");
         let _ = writeln!(out, "rpct = {rpct:.1}");
         let _ = writeln!(out, "rlat = \"{rlat}us\"");
-        let _ = writeln!(out, "{w}wpct = {wpct:.1}");
-        let _ = writeln!(out, "{w}wlat = \"{wlat}us\"");
+        if self.writes_measured() {
+            let _ = writeln!(out, "wpct = {wpct:.1}");
+            let _ = writeln!(out, "wlat = \"{wlat}us\"");
+        } else {
+            let _ = writeln!(
+                out,
+                "wpct = 0.0   # no write latency target: write latency was not measured"
+            );
+        }
         let _ = writeln!(out, "min = 60.0");
         let _ = writeln!(out, "max = 100.0");
         out
@@ -286,25 +337,47 @@ mod tests {
 
     #[test]
     fn qos_suggestion_follows_the_resctl_heuristic() {
-        let p = Profile {
+        let measured = Profile {
+            model: LinearParams {
+                rbps: 1000,
+                rseqiops: 100,
+                rrandiops: 50,
+                wbps: 500,
+                wseqiops: 50,
+                wrandiops: 25,
+            },
             read_latency_us: [100, 200, 300, 400],
             write_latency_us: [1000, 2000, 3000, 4000],
-            ..Profile::default()
         };
-        assert_eq!(suggest_qos(&p, false), (95.0, 450, 95.0, 4500));
-        assert_eq!(suggest_qos(&p, true), (50.0, 150, 50.0, 1500));
-        let text = Profile {
+        assert_eq!(suggest_qos(&measured, 95.0), (95.0, 450, 95.0, 4500));
+        assert_eq!(suggest_qos(&measured, 50.0), (50.0, 150, 50.0, 1500));
+        assert_eq!(suggest_qos(&measured, 90.0), (90.0, 300, 90.0, 3000));
+    }
+
+    /// Without measured writes the tables carry estimated write coefficients (marked) and
+    /// no write target, and the config accepts them as printed.
+    #[test]
+    fn a_read_only_profile_prints_tables_the_config_accepts() {
+        let reads_only = Profile {
             model: LinearParams {
-                rbps: 1,
+                rbps: 1_000_000,
+                rseqiops: 100,
+                rrandiops: 51,
                 ..LinearParams::default()
             },
-            ..p
-        }
-        .to_toml(false, "x");
-        assert!(
-            text.contains("# not measured (needs --destructive): wbps = 0"),
-            "{text}"
-        );
+            read_latency_us: [100, 200, 300, 400],
+            write_latency_us: [0; 4],
+        };
+        assert_eq!(suggest_qos(&reads_only, 99.0), (99.0, 600, 0.0, 0));
+        let text = reads_only.to_toml(95.0, "x");
+        assert!(text.contains("wrandiops = 26   # estimated"), "{text}");
         assert!(text.contains("rlat = \"450us\""), "{text}");
+        let config = format!(
+            "[device]\npath = \"x\"\n{}\n[[volume]]\nname = \"v\"\nsocket = \"v.sock\"\nsize = 4096\n",
+            text
+        );
+        let c = crate::config::Config::parse(&config).unwrap_or_else(|e| panic!("{e}\n{config}"));
+        assert_eq!(c.device.model.linear_params().wbps, 500_000);
+        assert_eq!(c.device.qos.wpct, 0.0);
     }
 }

@@ -28,6 +28,15 @@ impl SimTarget {
             rng: Rng::new(1),
         }
     }
+
+    /// Measures `idle` (an emulated device's disk) in virtual time.
+    pub fn from_disk(idle: EmulatedDisk, size: u64) -> Self {
+        SimTarget {
+            idle,
+            size,
+            rng: Rng::new(1),
+        }
+    }
 }
 
 impl Target for SimTarget {

@@ -41,6 +41,13 @@ channels = 32
 base_latency = "10us"
 "#;
 
+/// The tests that compare throughputs run one at a time: each keeps both cores busy.
+static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn measuring() -> std::sync::MutexGuard<'static, ()> {
+    MEASURING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 pub fn reader(d: &DaemonProcess, name: &str, iodepth: usize, secs: u64) -> TenantSpec {
     TenantSpec {
         name: name.into(),
@@ -128,6 +135,7 @@ pub fn volume_stats(d: &DaemonProcess, name: &str) -> serde_json::Value {
 /// side, each with its own emulated device, so this shared machine's noise hits both.
 #[test]
 fn a_lone_tenant_runs_as_fast_as_with_qos_off_on_slow_and_fast_devices() {
+    let _one_at_a_time = measuring();
     for (device, what) in [(SLOW_DEVICE, "slow"), (FAST_DEVICE, "1M IOPS")] {
         let start = |qos: &str| {
             DaemonProcess::start(&config(
@@ -159,29 +167,15 @@ fn a_lone_tenant_runs_as_fast_as_with_qos_off_on_slow_and_fast_devices() {
     }
 }
 
-/// The slow device's true model given as the cost model, with latency targets a little
-/// above its light-load latency (250 µs): vrate within the default bounds is free to move.
-const SLOW_MODEL_AND_TARGETS: &str = r#"
-[device.model]
-rbps = 400000000
-rseqiops = 20000
-rrandiops = 20000
-wbps = 200000000
-wseqiops = 10000
-wrandiops = 10000
-[device.qos]
-rpct = 90
-rlat = "1ms"
-wpct = 90
-wlat = "50ms"
-[control]
-socket = "control.sock"
-"#;
+/// No model and no targets: the daemon calibrates the device at start-up and derives
+/// its targets; vrate moves freely within the default bounds.
+const DEFAULTS: &str = "[control]\nsocket = \"control.sock\"\n";
 
 #[test]
 fn weights_100_300_split_one_to_three_with_vrate_free() {
+    let _one_at_a_time = measuring();
     let d = DaemonProcess::start(&config(
-        &format!("{SLOW_DEVICE}{SLOW_MODEL_AND_TARGETS}"),
+        &format!("{SLOW_DEVICE}{DEFAULTS}"),
         &(volume("light", 0, 16, "weight = 100") + &volume("heavy", 16, 16, "weight = 300")),
     ));
     let results = loadgen::run(&[reader(&d, "light", 16, 5), reader(&d, "heavy", 16, 5)]).unwrap();
@@ -205,8 +199,9 @@ fn weights_100_300_split_one_to_three_with_vrate_free() {
 /// the writer keeps at least half its solo bandwidth.
 #[test]
 fn a_qd1_reader_beside_a_large_writer_keeps_most_of_its_solo_iops() {
+    let _one_at_a_time = measuring();
     let d = DaemonProcess::start(&config(
-        &format!("{SLOW_DEVICE}{SLOW_MODEL_AND_TARGETS}"),
+        &format!("{SLOW_DEVICE}{DEFAULTS}"),
         &(volume("reader", 0, 16, "") + &volume("writer", 16, 32, "")),
     ));
     let writer = TenantSpec {
@@ -217,7 +212,18 @@ fn a_qd1_reader_beside_a_large_writer_keeps_most_of_its_solo_iops() {
     };
     let solo_reader = run_one(reader(&d, "reader", 1, 4));
     let solo_writer = run_one(writer.clone());
-    let both = loadgen::run(&[reader(&d, "reader", 1, 6), writer]).unwrap();
+    let both = loadgen::run(&[
+        TenantSpec {
+            ramp: Duration::from_secs(2),
+            ..reader(&d, "reader", 1, 8)
+        },
+        TenantSpec {
+            ramp: Duration::from_secs(2),
+            runtime: Duration::from_secs(8),
+            ..writer
+        },
+    ])
+    .unwrap();
     let r = both[0].iops / solo_reader.iops;
     let w = both[1].mib_per_s / solo_writer.mib_per_s;
     eprintln!(
@@ -228,4 +234,69 @@ fn a_qd1_reader_beside_a_large_writer_keeps_most_of_its_solo_iops() {
         r >= 0.60 && w >= 0.50,
         "reader {r:.2} of solo, writer {w:.2} of solo"
     );
+}
+
+/// Without `[device.model]` the daemon measures the device at start-up, shows the result
+/// as `calibrated` with what was estimated, keeps it in the state file, and reuses it at
+/// the next start instead of measuring again.
+#[test]
+fn a_missing_model_is_calibrated_once_and_kept_in_the_state_file() {
+    let text = config(&format!("{SLOW_DEVICE}{DEFAULTS}"), &volume("v", 0, 16, ""));
+    let d = DaemonProcess::start(&text);
+    let get = |d: &DaemonProcess| {
+        client::request(&d.path("control.sock"), "GET", "/v1/device/model", None)
+            .unwrap()
+            .json()
+            .unwrap()
+    };
+    let m = get(&d);
+    assert_eq!(m["source"], "calibrated", "{m}");
+    let rrandiops = m["value"]["rrandiops"].as_f64().unwrap();
+    assert!((19_000.0..=21_000.0).contains(&rrandiops), "{m}");
+    assert_eq!(
+        m["value"]["wrandiops"].as_f64().unwrap(),
+        (rrandiops / 2.0).round()
+    );
+    assert!(m["calibration"]["writes"]
+        .as_str()
+        .unwrap()
+        .starts_with("estimated"));
+    // The derived read target is in effect, writes give no latency signal.
+    let dev = client::request(&d.path("control.sock"), "GET", "/v1/device", None)
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(dev["model"]["source"], "calibrated");
+    assert_eq!(dev["effective"]["rpct"], 90.0);
+    assert_eq!(dev["effective"]["wpct"], 0.0);
+    let rlat = dev["effective"]["rlat_us"].as_u64().unwrap();
+    assert!((250..5_000).contains(&rlat), "{dev}");
+    assert!(d.wait_for_log("device.model: calibrated"));
+    let state: serde_json::Value =
+        serde_json::from_slice(&d.file("config.toml.state.json")).unwrap();
+    assert_eq!(state["calibrated"]["model"], m["value"]);
+
+    let (status, dir) = d.stop();
+    assert!(status.success());
+    let d = DaemonProcess::start_in(dir, &text);
+    assert!(d.wait_for_log("using the calibration in the state file"));
+    assert!(!d.log_text().contains("calibrating"), "{}", d.log_text());
+    assert_eq!(get(&d)["value"], m["value"]);
+}
+
+/// A sparse backing file is not measured (its holes would be): the daemon says so and
+/// keeps the preset.
+#[test]
+fn a_sparse_file_is_not_calibrated() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = std::fs::File::create(dir.path().join("disk.img")).unwrap();
+    file.set_len(64 << 20).unwrap();
+    let d = DaemonProcess::start_in(dir, &config(DEFAULTS, &volume("v", 0, 16, "")));
+    assert!(d.wait_for_log("not calibrated"), "{}", d.log_text());
+    assert!(d.log_text().contains("allocated"), "{}", d.log_text());
+    let m = client::request(&d.path("control.sock"), "GET", "/v1/device/model", None)
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(m["source"], "config", "{m}");
 }

@@ -1,0 +1,273 @@
+//! Calibration: a cost model measured from the device itself when the config gives none.
+//!
+//! A guessed preset is wrong by an order of magnitude on most disks (the `ssd` preset
+//! says 8.5k random reads per second; an NVMe does a million), and a wrong model makes
+//! QoS either throttle for nothing or protect nobody. So when `[device.model]` is absent
+//! the daemon measures the device at start-up, before serving, **read-only**:
+//!
+//! | measured (with `profile`'s jobs, [`CALIBRATION_JOB`] each) | becomes |
+//! |---|---|
+//! | sequential 4 MiB reads, depth 4 | `rbps` |
+//! | sequential / random 4 KiB reads, depth 64 | `rseqiops`, `rrandiops` |
+//! | random 4 KiB reads paced at 90 % of `rrandiops` | the read latency target |
+//!
+//! Writes cannot be measured without writing, so the write coefficients are *estimates*:
+//! half the read ones ([`WRITE_ESTIMATE`]), the ratio of the kernel's ordinary-SSD and
+//! fast-SSD presets rounded down, and stated as estimates wherever the model is shown.
+//! The default targets are `profile`'s rule at p90 ([`crate::profile::suggest_qos`]):
+//! reads must complete within 1.5 × the p90 latency measured at 90 % load in 90 % of
+//! cases. Writes give no latency signal by default (`wpct = 0`): a large or deep write's
+//! latency measures its own queue, not the device's health, and reads are what latency-
+//! sensitive guests wait for. Give `wpct`/`wlat` to change that.
+//!
+//! The result is kept in the state file (`"calibrated"`), with the device's path and
+//! size, and reused at the next start of the same device; delete the entry (or the state
+//! file) to measure again. A regular file that is mostly unallocated is not measured: its
+//! holes read as zeroes without touching the disk, which would make the model many times
+//! too fast. The daemon then keeps the preset and says so.
+//!
+//! An emulated device (`kind = "emulated"`) is measured the same way, through its model in
+//! virtual time: calibration sees exactly what the data path will see.
+
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{DeviceConfig, DeviceKind};
+use crate::cost_model::ModelConfig;
+use crate::profile::plan::WRITE_ESTIMATE;
+use crate::profile::simulated::SimTarget;
+use crate::profile::uring::UringTarget;
+use crate::profile::{profile, suggest_qos, Plan, Profile, Target};
+use crate::qos::{DurationUs, QosConfig};
+
+/// Run time of each calibration job (four jobs: about two seconds in all).
+pub const CALIBRATION_JOB: Duration = Duration::from_millis(500);
+/// The percentile of the default read target.
+pub const TARGET_PERCENTILE: f64 = 90.0;
+/// Regular files with less of their range allocated are not measured.
+const MIN_ALLOCATED: f64 = 0.9;
+
+/// A measured device, as the state file keeps it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Calibration {
+    /// What was measured: the device path and its size in bytes.
+    pub device: String,
+    pub size: u64,
+    /// The six coefficients; the write ones estimated.
+    pub model: ModelConfig,
+    /// How the write coefficients were obtained.
+    pub writes: String,
+    /// The default read target: `rpct` percent of reads within `rlat`.
+    pub rpct: f64,
+    pub rlat: DurationUs,
+    /// Read latency at 90 % load, µs: p50, p90, p95, p99.
+    pub read_latency_us: [u64; 4],
+}
+
+impl Calibration {
+    fn from_profile(device: String, size: u64, p: &Profile) -> Self {
+        let (rpct, rlat_us, _, _) = suggest_qos(p, TARGET_PERCENTILE);
+        Calibration {
+            device,
+            size,
+            model: ModelConfig::from_params(p.model_with_writes()),
+            writes: format!(
+                "estimated: {WRITE_ESTIMATE} x the measured reads (calibration never writes)"
+            ),
+            rpct,
+            rlat: DurationUs(rlat_us),
+            read_latency_us: p.read_latency_us,
+        }
+    }
+
+    /// Whether this calibration is of the device `cfg` names (same path and size).
+    pub fn matches(&self, cfg: &DeviceConfig, size: u64) -> bool {
+        Some(self.device.as_str()) == device_name(cfg).as_deref() && self.size == size
+    }
+
+    /// The QoS configuration with the calibrated defaults filled in: the read target
+    /// unless the config gives `rlat`, no write signal unless it gives `wlat`.
+    pub fn qos_defaults(&self, qos: &QosConfig) -> QosConfig {
+        let mut q = qos.clone();
+        if q.rlat.is_none() {
+            q.rpct = self.rpct;
+            q.rlat = Some(self.rlat);
+        }
+        if q.wlat.is_none() {
+            // No write signal; the write target still sets the period, so it follows
+            // the read one rather than the model's preset.
+            q.wpct = 0.0;
+            q.wlat = q.rlat;
+        }
+        q
+    }
+}
+
+/// Whether the config leaves the model to calibration: no `[device.model]` keys at all.
+pub fn wanted(cfg: &DeviceConfig) -> bool {
+    cfg.kind != DeviceKind::Null && cfg.model == ModelConfig::default()
+}
+
+fn device_name(cfg: &DeviceConfig) -> Option<String> {
+    cfg.path.as_ref().map(|p| p.display().to_string())
+}
+
+/// Measures the device `cfg` names (already opened by the daemon, `size` bytes), read
+/// only. `Err` says why it cannot be measured.
+pub fn measure(cfg: &DeviceConfig, size: u64) -> Result<Calibration, String> {
+    let name = device_name(cfg).ok_or("no device path")?;
+    let plan = Plan {
+        duration: CALIBRATION_JOB,
+        ..Plan::quick(false)
+    };
+    let mut target: Box<dyn Target> = match &cfg.emulated {
+        Some(e) => Box::new(SimTarget::from_disk(e.disk(), size)),
+        None => Box::new(file_target(cfg, size)?),
+    };
+    let p = profile(target.as_mut(), &plan, &mut |_, _| {})
+        .map_err(|e| format!("measuring {name}: {e}"))?;
+    if p.model.rbps == 0 || p.model.rseqiops == 0 || p.model.rrandiops == 0 {
+        return Err(format!("measuring {name}: no read completed"));
+    }
+    Ok(Calibration::from_profile(name, size, &p))
+}
+
+/// The device opened read-only with O_DIRECT, after checking that a regular file is
+/// allocated (holes would be measured instead of the disk).
+fn file_target(cfg: &DeviceConfig, size: u64) -> Result<UringTarget, String> {
+    let path = cfg.path.as_ref().ok_or("no device path")?;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.read(true);
+    if cfg.direct {
+        opts.custom_flags(libc::O_DIRECT);
+    }
+    let file = opts
+        .open(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if !meta.file_type().is_block_device() {
+        let allocated = allocated_bytes(&file, size);
+        let share = allocated as f64 / size.max(1) as f64;
+        if share < MIN_ALLOCATED {
+            return Err(format!(
+                "{} is only {:.0} % allocated: its holes read as zeroes without touching \
+                 the disk, so reading it would not measure the disk",
+                path.display(),
+                share * 100.0
+            ));
+        }
+    }
+    Ok(UringTarget::new(file, size))
+}
+
+/// Bytes of `file`'s first `size` bytes that hold data (SEEK_DATA / SEEK_HOLE); the whole
+/// size where the file system cannot tell.
+pub fn allocated_bytes(file: &std::fs::File, size: u64) -> u64 {
+    use std::os::unix::io::AsRawFd;
+    let fd = file.as_raw_fd();
+    let (mut at, mut total) = (0i64, 0u64);
+    let end = i64::try_from(size).unwrap_or(i64::MAX);
+    while at < end {
+        // SAFETY: lseek on an open fd; no memory is passed.
+        let data = unsafe { libc::lseek(fd, at, libc::SEEK_DATA) };
+        if data < 0 {
+            let err = std::io::Error::last_os_error().raw_os_error();
+            // ENXIO: no data after `at`. Anything else: the file system cannot say.
+            return if err == Some(libc::ENXIO) {
+                total
+            } else {
+                size
+            };
+        }
+        if data >= end {
+            break;
+        }
+        // SAFETY: as above.
+        let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
+        let hole = if hole < 0 { end } else { hole.min(end) };
+        total += (hole - data) as u64;
+        at = hole;
+    }
+    total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::emulated::EmulatedConfig;
+    use std::io::Write;
+
+    fn emulated_device() -> DeviceConfig {
+        let text = r#"
+            path = "x.img"
+            kind = "emulated"
+            [emulated]
+            rbps = 400000000
+            rseqiops = 20000
+            rrandiops = 20000
+            wbps = 200000000
+            wseqiops = 10000
+            wrandiops = 10000
+            channels = 4
+        "#;
+        toml::from_str(text).unwrap()
+    }
+
+    /// Calibrating an emulated device recovers its read coefficients, estimates writes
+    /// at half of them, and derives a read target above the light-load latency.
+    #[test]
+    fn calibrating_an_emulated_device_recovers_its_reads() {
+        let cfg = emulated_device();
+        let c = measure(&cfg, 64 << 20).unwrap();
+        let truth: &EmulatedConfig = cfg.emulated.as_ref().unwrap();
+        let m = c.model.linear_params();
+        for (name, got, want) in [
+            ("rbps", m.rbps, truth.rbps),
+            ("rseqiops", m.rseqiops, truth.rseqiops),
+            ("rrandiops", m.rrandiops, truth.rrandiops),
+        ] {
+            let err = (got as f64 - want as f64).abs() / want as f64;
+            assert!(err <= 0.05, "{name}: measured {got}, truth {want}");
+        }
+        assert_eq!(m.wrandiops, m.rrandiops / 2);
+        assert!(c.writes.starts_with("estimated"), "{}", c.writes);
+        c.model.validate().unwrap();
+        // A lone 4 KiB read takes 4 channels × 50 µs + 50 µs; the target is above it.
+        assert_eq!(c.rpct, 90.0);
+        assert!(c.rlat.0 > 250, "{:?}", c);
+        assert!(c.matches(&cfg, 64 << 20) && !c.matches(&cfg, 32 << 20));
+        let q = c.qos_defaults(&QosConfig::default());
+        assert_eq!((q.rlat, q.wpct, q.wlat), (Some(c.rlat), 0.0, Some(c.rlat)));
+        let own = QosConfig {
+            rlat: Some(DurationUs(7)),
+            ..QosConfig::default()
+        };
+        assert_eq!(c.qos_defaults(&own).rlat, Some(DurationUs(7)));
+    }
+
+    /// A sparse file is not measured (its holes would be), a filled one is counted whole.
+    #[test]
+    fn a_sparse_file_is_refused_and_its_allocation_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sparse.img");
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.set_len(16 << 20).unwrap();
+        assert!(allocated_bytes(&f, 16 << 20) < 1 << 20);
+        f.write_all(&vec![1u8; 1 << 20]).unwrap();
+        f.sync_all().unwrap();
+        let allocated = allocated_bytes(&f, 16 << 20);
+        assert!((1 << 20..4 << 20).contains(&allocated), "{allocated}");
+        let cfg: DeviceConfig = toml::from_str(&format!(
+            "path = {:?}\ndirect = false",
+            path.display().to_string()
+        ))
+        .unwrap();
+        let e = measure(&cfg, 16 << 20).unwrap_err();
+        assert!(e.contains("allocated"), "{e}");
+    }
+}

@@ -1,0 +1,78 @@
+//! The calibrated model's place in the state file: measured once per device at start-up
+//! when the config gives no `[device.model]`, reused at later starts of the same device
+//! (see [`crate::calibration`] for what is measured and why).
+
+use super::state::{state_path, RuntimeState};
+use crate::backend::disk::HostDisk;
+use crate::calibration::{self, Calibration};
+use crate::config::Config;
+use std::path::Path;
+
+/// The calibration the daemon runs with, if the config leaves the model to it: the one
+/// kept in the state file beside `config_path` if it is of this device, else a new
+/// measurement (kept there). None, with a warning saying why, when it cannot measure.
+pub fn resolve(config: &Config, config_path: &Path) -> Option<Calibration> {
+    let device = &config.device;
+    if !calibration::wanted(device) {
+        return None;
+    }
+    let not_calibrated = |why: &dyn std::fmt::Display| {
+        tracing::warn!(
+            "device.model: not given and not calibrated ({why}); using the {:?} preset. \
+             Give [device.model] (`vhost-iocost profile` measures it)",
+            device.model.preset
+        );
+        None
+    };
+    let path = device.path.as_deref().unwrap_or(Path::new(""));
+    if device.emulated.is_none() && !path.exists() {
+        return not_calibrated(&format_args!(
+            "{} does not exist yet and will be created sparse",
+            path.display()
+        ));
+    }
+    let size = match HostDisk::probe(device) {
+        Ok((size, _)) => size,
+        Err(e) => return not_calibrated(&e),
+    };
+    let state_file = state_path(config_path);
+    let mut state = match RuntimeState::load(&state_file) {
+        Ok(s) => s,
+        Err(e) => return not_calibrated(&e),
+    };
+    if let Some(c) = state
+        .calibrated
+        .as_ref()
+        .filter(|c| c.matches(device, size))
+    {
+        tracing::info!(device = %c.device, rlat = %c.rlat, "device.model: using the calibration in the state file");
+        return Some(c.clone());
+    }
+    tracing::info!(device = %path.display(), "device.model: not given; calibrating (read-only, about 2 s)");
+    let c = match calibration::measure(device, size) {
+        Ok(c) => c,
+        Err(e) => return not_calibrated(&e),
+    };
+    let m = c.model.linear_params();
+    tracing::info!(
+        rbps = m.rbps, rseqiops = m.rseqiops, rrandiops = m.rrandiops,
+        wbps = m.wbps, wseqiops = m.wseqiops, wrandiops = m.wrandiops,
+        writes = %c.writes, rpct = c.rpct, rlat = %c.rlat,
+        "device.model: calibrated"
+    );
+    state.calibrated = Some(c.clone());
+    if let Err(e) = state.save(&state_file) {
+        tracing::warn!(path = %state_file.display(), "cannot keep the calibration in the state file: {e}");
+    }
+    Some(c)
+}
+
+/// The configuration the daemon runs: with a calibration, its model and default targets.
+pub fn apply(config: &Config, calibration: Option<&Calibration>) -> Config {
+    let mut effective = config.clone();
+    if let Some(c) = calibration {
+        effective.device.model = c.model.clone();
+        effective.device.qos = c.qos_defaults(&config.device.qos);
+    }
+    effective
+}
