@@ -159,3 +159,31 @@ wrandiops = 4000
 min = 100.0
 max = 100.0
 "#;
+
+/// A volume alone on the device is not throttled. Tests that need throttling run this
+/// neighbour on volume `name`: it reads a little for `secs` seconds, and this returns once
+/// the daemon counts it active (the config must have `control.sock`).
+pub fn busy_neighbour(
+    d: &DaemonProcess,
+    name: &str,
+    secs: u64,
+) -> std::thread::JoinHandle<Result<Vec<vhost_iocost::loadgen::TenantResult>, String>> {
+    let neighbour = vhost_iocost::loadgen::TenantSpec {
+        name: name.into(),
+        socket: d.socket(name),
+        iodepth: 1,
+        rate_iops: Some(20),
+        runtime: Duration::from_secs(secs),
+        ..Default::default()
+    };
+    let handle = std::thread::spawn(move || vhost_iocost::loadgen::run(&[neighbour]));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while crate::emulated::volume_stats(d, name)["active"] != true {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the neighbour never became active"
+        );
+        std::thread::yield_now();
+    }
+    handle
+}

@@ -6,7 +6,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 /// 200 random 4 KiB reads per second at a vrate pinned to 100 %: each read waits ~5 ms for
-/// budget, so a queue of them stays throttled for a while.
+/// budget, so a queue of them stays throttled for a while (while a neighbour is active:
+/// a volume alone on the device is not throttled).
 const THROTTLING_MODEL: &str = r#"
 [device.model]
 rbps = 200000000
@@ -18,14 +19,17 @@ wrandiops = 200
 [device.qos]
 min = 100.0
 max = 100.0
+[control]
+socket = "control.sock"
 "#;
 
 #[test]
 fn get_vring_base_does_not_wait_behind_another_queues_throttled_requests() {
     let d = DaemonProcess::start(&config(
         THROTTLING_MODEL,
-        &volume("v", 0, 8, "num_queues = 2"),
+        &(volume("v", 0, 8, "num_queues = 2") + &volume("n", 8, 8, "")),
     ));
+    let neighbour = crate::daemon::busy_neighbour(&d, "n", 4);
     let opts = Options {
         num_queues: 2,
         event_idx: true,
@@ -66,4 +70,5 @@ fn get_vring_base_does_not_wait_behind_another_queues_throttled_requests() {
         f.used_idx(0) < 40,
         "queue 0 is still throttled: the test exercised the wait"
     );
+    neighbour.join().unwrap().unwrap();
 }

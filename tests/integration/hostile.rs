@@ -63,7 +63,8 @@ fn an_impossible_avail_index_stops_that_queue_only() {
     serves(&mut f, 0, 16);
 }
 
-/// 10 random 4 KiB reads per second at a pinned vrate: requests stay parked for seconds.
+/// 10 random 4 KiB reads per second at a pinned vrate: requests stay parked for seconds
+/// (while a neighbour is active: a volume alone on the device is not throttled).
 const CRAWLING_MODEL: &str = r#"
 [device.model]
 rbps = 200000000
@@ -75,11 +76,17 @@ wrandiops = 10
 [device.qos]
 min = 100.0
 max = 100.0
+[control]
+socket = "control.sock"
 "#;
 
 #[test]
 fn republishing_heads_beyond_the_ring_size_is_refused() {
-    let d = DaemonProcess::start(&config(CRAWLING_MODEL, &volume("v", 0, 8, "")));
+    let d = DaemonProcess::start(&config(
+        CRAWLING_MODEL,
+        &(volume("v", 0, 8, "") + &volume("n", 8, 8, "")),
+    ));
+    let _neighbour = crate::daemon::busy_neighbour(&d, "n", 4);
     let opts = Options {
         queue_size: 16,
         ..Options::default()
