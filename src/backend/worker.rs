@@ -126,12 +126,11 @@ impl<A: Admission> Worker<A> {
     pub fn new(volume: Arc<Volume<A>>) -> io::Result<Self> {
         let depth = u32::from(volume.queue_size) * u32::from(volume.num_queues);
         // An emulated request takes two entries: the operation and its deadline.
-        let entries = depth
-            * if volume.shared.emulated.is_some() {
-                2
-            } else {
-                1
-            };
+        let entries = if volume.shared.emulated.is_some() {
+            depth * 2
+        } else {
+            depth
+        };
         let file = volume
             .shared
             .disk

@@ -106,18 +106,25 @@ impl Control {
     }
 
     fn model_view(&self, st: &RuntimeState) -> ModelView {
-        let calibration = self.calibrated.clone().filter(|_| st.model.is_none());
-        let sourced = match (&st.model, &calibration) {
+        let Sourced { value, source } = self.model_sourced(st);
+        ModelView {
+            value,
+            source,
+            calibration: self
+                .calibrated
+                .clone()
+                .filter(|_| source == Source::Calibrated),
+        }
+    }
+
+    /// A runtime model, else the calibrated one, else the config's.
+    fn model_sourced(&self, st: &RuntimeState) -> Sourced<ModelConfig> {
+        match (&st.model, &self.calibrated) {
             (None, Some(c)) => Sourced {
                 value: c.model.clone(),
                 source: Source::Calibrated,
             },
             _ => Sourced::pick(self.config.device.model.clone(), st.model.clone()),
-        };
-        ModelView {
-            value: sourced.value,
-            source: sourced.source,
-            calibration,
         }
     }
 
@@ -229,13 +236,7 @@ impl Control {
         let p = self.qos.params();
         let stats = self.qos.stats();
         DeviceView {
-            model: {
-                let m = self.model_view(&st);
-                Sourced {
-                    value: m.value,
-                    source: m.source,
-                }
-            },
+            model: self.model_sourced(&st),
             qos: Sourced::pick(self.config.device.qos.clone(), st.qos.clone()),
             effective: EffectiveQos {
                 enable: p.enable,

@@ -15,7 +15,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::EmulatedDisk;
-use crate::cost_model::{LinearModel, LinearParams};
+use crate::cost_model::{LinearModel, LinearParams, ModelConfig};
 use crate::qos::DurationUs;
 
 /// Most channels accepted; far beyond any real device's internal parallelism.
@@ -60,19 +60,9 @@ impl EmulatedConfig {
 
     /// Checks every key; the error names it.
     pub fn validate(&self) -> Result<(), String> {
-        let p = self.params();
-        for (key, v) in [
-            ("rbps", p.rbps),
-            ("rseqiops", p.rseqiops),
-            ("rrandiops", p.rrandiops),
-            ("wbps", p.wbps),
-            ("wseqiops", p.wseqiops),
-            ("wrandiops", p.wrandiops),
-        ] {
-            if v == 0 {
-                return Err(format!("device.emulated.{key}: must be > 0 (got 0)"));
-            }
-        }
+        ModelConfig::from_params(self.params())
+            .validate()
+            .map_err(|e| e.replace("device.model", "device.emulated"))?;
         if !(1..=MAX_CHANNELS).contains(&self.channels) {
             return Err(format!(
                 "device.emulated.channels: must be within 1..={MAX_CHANNELS} (got {})",

@@ -22,11 +22,7 @@ impl SimTarget {
     /// A disk of `size` bytes whose true costs are `truth`, with `channels` requests
     /// served in parallel.
     pub fn new(truth: LinearModel, channels: usize, size: u64) -> Self {
-        SimTarget {
-            idle: EmulatedDisk::new(truth, 1.0, channels, 0),
-            size,
-            rng: Rng::new(1),
-        }
+        Self::from_disk(EmulatedDisk::new(truth, 1.0, channels, 0), size)
     }
 
     /// Measures `idle` (an emulated device's disk) in virtual time.

@@ -178,7 +178,7 @@ pub fn busy_neighbour(
     };
     let handle = std::thread::spawn(move || vhost_iocost::loadgen::run(&[neighbour]));
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while crate::emulated::volume_stats(d, name)["active"] != true {
+    while volume_stats(d, name)["active"] != true {
         assert!(
             std::time::Instant::now() < deadline,
             "the neighbour never became active"
@@ -186,4 +186,25 @@ pub fn busy_neighbour(
         std::thread::yield_now();
     }
     handle
+}
+
+/// A volume's statistics from the control socket (the daemon must have one at
+/// `control.sock`).
+pub fn volume_stats(d: &DaemonProcess, name: &str) -> serde_json::Value {
+    let all = control_get(d, "/v1/stats");
+    all["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == name)
+        .unwrap_or_else(|| panic!("no volume {name} in {all}"))
+        .clone()
+}
+
+/// `GET path` on the daemon's control socket (`control.sock`), as JSON.
+pub fn control_get(d: &DaemonProcess, path: &str) -> serde_json::Value {
+    vhost_iocost::control::client::request(&d.path("control.sock"), "GET", path, None)
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.json())
+        .unwrap_or_else(|e| panic!("GET {path}: {e}"))
 }

@@ -3,9 +3,8 @@
 //! vrate free to move.
 
 use crate::client::{pattern, Client, Op};
-use crate::daemon::{config, volume, DaemonProcess};
+use crate::daemon::{config, control_get, volume, volume_stats, DaemonProcess};
 use std::time::Duration;
-use vhost_iocost::control::client;
 use vhost_iocost::loadgen::{self, Pattern, TenantResult, TenantSpec};
 
 /// A slow SSD: 20k random 4 KiB reads (50 µs of device time each), 4 channels, 50 µs
@@ -115,20 +114,6 @@ fn emulated_device_serves_at_its_model_rate_and_keeps_the_data() {
     );
 }
 
-/// A volume's statistics from the control socket (the daemon must have one at
-/// `control.sock`).
-pub fn volume_stats(d: &DaemonProcess, name: &str) -> serde_json::Value {
-    let r = client::request(&d.path("control.sock"), "GET", "/v1/stats", None).unwrap();
-    let all = r.json().unwrap();
-    all["volumes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["name"] == name)
-        .unwrap_or_else(|| panic!("no volume {name} in {all}"))
-        .clone()
-}
-
 /// With the default QoS settings (no model, no targets) a lone tenant gets what it gets
 /// with QoS off, on a slow device and on one faster than the machine can drive: none of
 /// its requests waits for QoS, and its throughput matches. The two daemons run side by
@@ -202,19 +187,7 @@ fn weights_100_300_split_one_to_three_with_vrate_free() {
         &(volume("light", 0, 16, "weight = 100") + &volume("heavy", 16, 16, "weight = 300")),
     ));
     let results = loadgen::run(&[reader(&d, "light", 16, 5), reader(&d, "heavy", 16, 5)]).unwrap();
-    let (light, heavy) = (&results[0], &results[1]);
-    assert_eq!(light.errors + heavy.errors, 0);
-    let ratio = heavy.iops / light.iops;
-    eprintln!(
-        "light {:.0} IOPS, heavy {:.0} IOPS, ratio {ratio:.3}",
-        light.iops, heavy.iops
-    );
-    assert!(
-        (2.85..=3.15).contains(&ratio),
-        "heavy/light = {ratio:.3} (light {:.0}, heavy {:.0} IOPS)",
-        light.iops,
-        heavy.iops
-    );
+    crate::qos::assert_split(&results[0], &results[1], 2.85..=3.15);
 }
 
 /// A QD1 reader beside a 1 MiB QD8 sequential writer at equal weights: without QoS the
@@ -267,12 +240,7 @@ fn a_qd1_reader_beside_a_large_writer_keeps_most_of_its_solo_iops() {
 fn a_missing_model_is_calibrated_once_and_kept_in_the_state_file() {
     let text = config(&format!("{SLOW_DEVICE}{DEFAULTS}"), &volume("v", 0, 16, ""));
     let d = DaemonProcess::start(&text);
-    let get = |d: &DaemonProcess| {
-        client::request(&d.path("control.sock"), "GET", "/v1/device/model", None)
-            .unwrap()
-            .json()
-            .unwrap()
-    };
+    let get = |d: &DaemonProcess| control_get(d, "/v1/device/model");
     let m = get(&d);
     assert_eq!(m["source"], "calibrated", "{m}");
     let rrandiops = m["value"]["rrandiops"].as_f64().unwrap();
@@ -286,10 +254,7 @@ fn a_missing_model_is_calibrated_once_and_kept_in_the_state_file() {
         .unwrap()
         .starts_with("estimated"));
     // The derived read target is in effect, writes give no latency signal.
-    let dev = client::request(&d.path("control.sock"), "GET", "/v1/device", None)
-        .unwrap()
-        .json()
-        .unwrap();
+    let dev = control_get(&d, "/v1/device");
     assert_eq!(dev["model"]["source"], "calibrated");
     assert_eq!(dev["effective"]["rpct"], 90.0);
     assert_eq!(dev["effective"]["wpct"], 0.0);
@@ -318,9 +283,6 @@ fn a_sparse_file_is_not_calibrated() {
     let d = DaemonProcess::start_in(dir, &config(DEFAULTS, &volume("v", 0, 16, "")));
     assert!(d.wait_for_log("not calibrated"), "{}", d.log_text());
     assert!(d.log_text().contains("allocated"), "{}", d.log_text());
-    let m = client::request(&d.path("control.sock"), "GET", "/v1/device/model", None)
-        .unwrap()
-        .json()
-        .unwrap();
+    let m = control_get(&d, "/v1/device/model");
     assert_eq!(m["source"], "config", "{m}");
 }

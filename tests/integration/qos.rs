@@ -26,19 +26,28 @@ fn weights_100_300_split_iops_one_to_three() {
     ));
     let results = loadgen::run(&[tenant(&d, "light"), tenant(&d, "heavy")]).unwrap();
     let (light, heavy) = (&results[0], &results[1]);
-    assert_eq!(light.errors + heavy.errors, 0);
-    let ratio = heavy.iops / light.iops;
-    eprintln!(
-        "light {:.0} IOPS, heavy {:.0} IOPS, ratio {ratio:.2}",
-        light.iops, heavy.iops
-    );
-    assert!(
-        (3.0 * 0.85..=3.0 * 1.15).contains(&ratio),
-        "heavy/light = {ratio:.2} (light {:.0}, heavy {:.0} IOPS)",
-        light.iops,
-        heavy.iops
-    );
+    assert_split(light, heavy, 3.0 * 0.85..=3.0 * 1.15);
     // Together they use the modelled capacity, not more.
     let total = light.iops + heavy.iops;
     assert!((2800.0..=4400.0).contains(&total), "total {total:.0} IOPS");
+}
+
+/// Asserts that `heavy` got `range` times `light`'s IOPS, both without errors.
+pub fn assert_split(
+    light: &loadgen::TenantResult,
+    heavy: &loadgen::TenantResult,
+    range: std::ops::RangeInclusive<f64>,
+) {
+    assert_eq!(light.errors + heavy.errors, 0);
+    let ratio = heavy.iops / light.iops;
+    eprintln!(
+        "light {:.0} IOPS, heavy {:.0} IOPS, ratio {ratio:.3}",
+        light.iops, heavy.iops
+    );
+    assert!(
+        range.contains(&ratio),
+        "heavy/light = {ratio:.3} (light {:.0}, heavy {:.0} IOPS)",
+        light.iops,
+        heavy.iops
+    );
 }
