@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# The IOCost stacking scenario: READERS latency-sensitive tenants (QD1 4 KiB random reads,
+# each paced at RATE IOPS) beside one unpaced 1 MiB QD8 sequential writer, all on one
+# device. For each setup it counts the reader-seconds whose p99 is above SLO_US and the
+# writer's throughput:
+#
+#   off       the daemon with QoS off
+#   defaults  the daemon with no [device.model] and no targets (calibrated at start-up)
+#   tuned     the same calibrated model, with the readers' SLO as the read target
+#             (rpct = 99, rlat = SLO_US)
+#   cap       no QoS, the writer held by a static cap at the throughput `defaults` gave it
+#
+# DEVICE=emulated (default): the daemon's emulated device (a slow SSD: 20k random reads/s,
+#   200 MB/s of writes, 4 channels); the cap is the load generator pacing the writer (a
+#   perfect token bucket, the best a static cap can do).
+# DEVICE=file: this machine's disk through a filled file; the cap is qemu-storage-daemon
+#   serving the same byte ranges of the same file, the writer behind a throttle group
+#   (`limits.bps-write`, QEMU's default burst).
+#
+# Usage: scripts/bench-stacking.sh [SECONDS]   (READERS=4 RATE=500 SLO_US=1000)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+
+secs=${1:-12}
+readers=${READERS:-4}
+rate=${RATE:-500}
+slo=${SLO_US:-1000}
+device=${DEVICE:-emulated}
+
+case $device in
+emulated)
+    device_section='path = "disk.img"
+create_size = "1GiB"
+kind = "emulated"
+direct = false
+[device.emulated]
+rbps = 400000000
+rseqiops = 20000
+rrandiops = 20000
+wbps = 200000000
+wseqiops = 10000
+wrandiops = 10000
+channels = 4
+base_latency = "50us"' ;;
+file)
+    echo "filling $work/disk.img (1 GiB)"
+    fill_file "$work/disk.img" 1G
+    device_section='path = "disk.img"' ;;
+*) echo "DEVICE must be emulated or file"; exit 1 ;;
+esac
+
+volumes=""
+for i in $(seq 0 $((readers - 1))); do
+    volumes+="[[volume]]
+name = \"r$i\"
+socket = \"r$i.sock\"
+offset = \"$((i * 64))MiB\"
+size = \"64MiB\"
+"
+done
+volumes+="[[volume]]
+name = \"writer\"
+socket = \"writer.sock\"
+offset = \"512MiB\"
+size = \"512MiB\""
+
+# run NAME LABEL [WRITER_RATE_IOPS]: the load against the sockets in $work (results in
+# $work/NAME.json); prints one table row.
+run() {
+    local tenants="" writer_rate=${3:+,rate_iops=$3}
+    for i in $(seq 0 $((readers - 1))); do
+        tenants+=" --tenant socket=r$i.sock,name=r$i,rw=randread,bs=4k,iodepth=1,rate_iops=$rate"
+    done
+    (cd "$work" && "$bin" bench --runtime "${secs}s" --ramp 2s $tenants \
+        --tenant "socket=writer.sock,name=writer,rw=write,bs=1M,iodepth=8$writer_rate" \
+        --json) > "$work/$1.json"
+    python3 - "$work/$1.json" "$2" "$slo" <<'EOF'
+import json, statistics, sys
+path, name, slo = sys.argv[1], sys.argv[2], int(sys.argv[3])
+results = json.load(open(path))["results"]
+missed = total = 0
+worst = 0.0
+for r in results:
+    seconds = r["per_second"][2:]          # after the ramp
+    if r["name"] == "writer":
+        writer = r["mib_per_s"]
+        mibs = [s["mib_per_s"] for s in seconds]
+        cov = statistics.pstdev(mibs) / max(statistics.mean(mibs), 1e-9)
+    else:
+        missed += sum(1 for s in seconds if s["p99_us"] > slo)
+        total += len(seconds)
+        worst = max(worst, r["lat_p99_us"])
+print(f"| {name} | {missed} of {total} | {worst:,.0f} | {writer:,.1f} | {cov:.3f} |")
+EOF
+}
+
+daemon_config() {
+    printf '[device]\n%s\n%s\n%s\n' "$device_section" "$1" "$volumes"
+}
+
+echo "stacking: $readers readers at $rate IOPS (QD1 4 KiB), one 1 MiB QD8 writer, ${secs}s, SLO p99 ${slo} us, device $device"
+echo "| setup | reader-seconds over the SLO | worst reader p99 (µs) | writer MiB/s | writer per-second CoV |"
+echo "|---|---|---|---|---|"
+start_daemon "$(daemon_config '[device.qos]
+enable = false')"
+run off off
+stop_daemon
+rm -f "$work/config.toml.state.json"
+start_daemon "$(daemon_config '')"
+run defaults defaults
+stop_daemon
+start_daemon "$(daemon_config "[device.qos]
+rpct = 99.0
+rlat = \"${slo}us\"")"
+run tuned "tuned (p99 ${slo} µs)"
+stop_daemon
+cap_mibs=$(python3 -c "import json; print(max(1, round([r for r in json.load(open('$work/defaults.json'))['results'] if r['name'] == 'writer'][0]['mib_per_s'])))")
+if [ "$device" = emulated ]; then
+    start_daemon "$(daemon_config '[device.qos]
+enable = false')"
+    run cap "cap at ${cap_mibs} MiB/s (paced writer)" "$cap_mibs"
+    stop_daemon
+else
+    command -v qemu-storage-daemon >/dev/null || { echo "qemu-storage-daemon is required (apt-get install qemu-system-x86)"; exit 1; }
+    args=(--blockdev "driver=file,node-name=disk,filename=$work/disk.img,cache.direct=on,aio=io_uring"
+          --object "throttle-group,id=cap,limits.bps-write=$((cap_mibs << 20))")
+    for i in $(seq 0 $((readers - 1))); do
+        args+=(--blockdev "driver=raw,node-name=r$i,file=disk,offset=$((i << 26)),size=$((1 << 26))"
+               --export "type=vhost-user-blk,id=e$i,node-name=r$i,addr.type=unix,addr.path=$work/r$i.sock")
+    done
+    args+=(--blockdev "driver=raw,node-name=w,file=disk,offset=$((512 << 20)),size=$((512 << 20))"
+           --blockdev "driver=throttle,node-name=wcap,throttle-group=cap,file=w"
+           --export "type=vhost-user-blk,id=ew,node-name=wcap,writable=on,addr.type=unix,addr.path=$work/writer.sock")
+    qemu-storage-daemon "${args[@]}" 2>"$work/qsd.log" &
+    qsd=$!
+    for _ in $(seq 100); do [ -S "$work/writer.sock" ] && break; sleep 0.1; done
+    run cap "qemu-storage-daemon, writer capped at ${cap_mibs} MiB/s" || true
+    kill $qsd; wait $qsd 2>/dev/null || true
+fi
