@@ -191,14 +191,17 @@ pub fn busy_neighbour(
 /// A volume's statistics from the control socket (the daemon must have one at
 /// `control.sock`).
 pub fn volume_stats(d: &DaemonProcess, name: &str) -> serde_json::Value {
-    let all = control_get(d, "/v1/stats");
+    stats_of(&control_get(d, "/v1/stats"), name).clone()
+}
+
+/// Volume `name`'s entry in a `GET /v1/stats` document.
+pub fn stats_of<'a>(all: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
     all["volumes"]
         .as_array()
         .unwrap()
         .iter()
         .find(|v| v["name"] == name)
         .unwrap_or_else(|| panic!("no volume {name} in {all}"))
-        .clone()
 }
 
 /// `GET path` on the daemon's control socket (`control.sock`), as JSON.

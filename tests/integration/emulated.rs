@@ -3,7 +3,7 @@
 //! vrate free to move.
 
 use crate::client::{pattern, Client, Op};
-use crate::daemon::{config, control_get, volume, volume_stats, DaemonProcess};
+use crate::daemon::{config, control_get, stats_of, volume, volume_stats, DaemonProcess};
 use std::time::Duration;
 use vhost_iocost::loadgen::{self, Pattern, TenantResult, TenantSpec};
 
@@ -285,4 +285,115 @@ fn a_sparse_file_is_not_calibrated() {
     assert!(d.log_text().contains("allocated"), "{}", d.log_text());
     let m = control_get(&d, "/v1/device/model");
     assert_eq!(m["source"], "config", "{m}");
+}
+
+/// Polls until `ready` holds for the daemon's statistics (10 s at most).
+fn wait_for_stats(d: &DaemonProcess, what: &str, ready: impl Fn(&serde_json::Value) -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !ready(&control_get(d, "/v1/stats")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The reads `heavy` completed per read of `light` while the two together complete
+/// `total` more reads, from the daemon's own counters.
+fn split_over(d: &DaemonProcess, total: u64) -> f64 {
+    let reads = |d: &DaemonProcess| -> [u64; 2] {
+        ["light", "heavy"].map(|v| volume_stats(d, v)["reads"].as_u64().unwrap())
+    };
+    let start = reads(d);
+    wait_for_stats(d, "reads", |s| {
+        let sum: u64 = s["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["reads"].as_u64().unwrap())
+            .sum();
+        sum >= start[0] + start[1] + total
+    });
+    let end = reads(d);
+    (end[1] - start[1]) as f64 / (end[0] - start[0]).max(1) as f64
+}
+
+/// Two backlogged readers at equal weights split 1:1; a PATCH to 300 gives the heavy one
+/// 75 % at once (the first statistics read after the reply shows it) and the split
+/// becomes 1:3 from then on, without reconnecting.
+#[test]
+fn a_weight_change_takes_effect_at_once() {
+    let _one_at_a_time = measuring();
+    let d = DaemonProcess::start(&config(
+        &format!("{SLOW_DEVICE}{DEFAULTS}"),
+        &(volume("light", 0, 16, "") + &volume("heavy", 16, 16, "")),
+    ));
+    let tenants = [reader(&d, "light", 16, 8), reader(&d, "heavy", 16, 8)];
+    let load = std::thread::spawn(move || loadgen::run(&tenants));
+    wait_for_stats(&d, "both volumes active", |s| {
+        s["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|v| v["active"] == true)
+    });
+    let before = split_over(&d, 20_000);
+    let body = r#"{"weight": 300}"#;
+    let r = vhost_iocost::control::client::request(
+        &d.path("control.sock"),
+        "PATCH",
+        "/v1/volumes/heavy",
+        Some(body),
+    )
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let hw = volume_stats(&d, "heavy")["hweight_active_pct"]
+        .as_f64()
+        .unwrap();
+    let after = split_over(&d, 40_000);
+    eprintln!("split before {before:.2}, heavy's share right after the PATCH {hw:.1} %, split after {after:.2}");
+    assert!((0.9..=1.1).contains(&before), "before: {before:.2}");
+    assert!(
+        (hw - 75.0).abs() < 0.5,
+        "hweight right after the PATCH: {hw}"
+    );
+    assert!((2.7..=3.3).contains(&after), "after: {after:.2}");
+    for r in load.join().unwrap().unwrap() {
+        assert_eq!(r.errors, 0);
+    }
+}
+
+/// An idle volume lends its whole share; when it resumes it takes its share back at once:
+/// in the first 2,000 reads after it counts as active again the split with a backlogged
+/// neighbour of equal weight is already 1:1. (The simulator checks the same at period
+/// granularity: `work_conservation_donor_gets_its_share_back_within_one_period`.)
+#[test]
+fn an_idle_volumes_share_comes_back_when_it_resumes() {
+    let _one_at_a_time = measuring();
+    let d = DaemonProcess::start(&config(
+        &format!("{SLOW_DEVICE}{DEFAULTS}"),
+        &(volume("light", 0, 16, "") + &volume("heavy", 16, 16, "")),
+    ));
+    let tenants = [
+        TenantSpec {
+            delay: Duration::from_secs(2),
+            ..reader(&d, "light", 16, 4)
+        },
+        reader(&d, "heavy", 16, 6),
+    ];
+    let load = std::thread::spawn(move || loadgen::run(&tenants));
+    wait_for_stats(&d, "heavy reading alone", |s| {
+        stats_of(s, "heavy")["reads"].as_u64().unwrap() > 10_000
+    });
+    assert_eq!(volume_stats(&d, "light")["active"], false);
+    wait_for_stats(&d, "light active again", |s| {
+        s["volumes"][0]["active"] == true
+    });
+    let first = split_over(&d, 2_000);
+    eprintln!("heavy/light in the first 2,000 reads after light resumed: {first:.2}");
+    assert!((0.85..=1.15).contains(&first), "{first:.2}");
+    for r in load.join().unwrap().unwrap() {
+        assert_eq!(r.errors, 0);
+    }
 }
