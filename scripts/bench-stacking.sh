@@ -75,9 +75,17 @@ run() {
     (cd "$work" && "$bin" bench --runtime "${secs}s" --ramp 2s $tenants \
         --tenant "socket=writer.sock,name=writer,rw=write,bs=1M,iodepth=8$writer_rate" \
         --json) > "$work/$1.json"
-    python3 - "$work/$1.json" "$2" "$slo" <<'EOF'
+    local device_stats='{}'
+    if [ -S "$work/control.sock" ]; then
+        device_stats=$("$bin" ctl --socket "$work/control.sock" stats --json 2>/dev/null || echo "{}")
+    fi
+    python3 - "$work/$1.json" "$2" "$slo" "$device_stats" <<'EOF'
 import json, statistics, sys
 path, name, slo = sys.argv[1], sys.argv[2], int(sys.argv[3])
+device = json.loads(sys.argv[4]).get("device", {})
+periods = device.get("contended_periods", 0)
+met = "" if not periods else f"{100 * (1 - device['contended_periods_missed'] / periods):.0f} %"
+
 results = json.load(open(path))["results"]
 missed = total = 0
 worst = 0.0
@@ -91,17 +99,17 @@ for r in results:
         missed += sum(1 for s in seconds if s["p99_us"] > slo)
         total += len(seconds)
         worst = max(worst, r["lat_p99_us"])
-print(f"| {name} | {missed} of {total} | {worst:,.0f} | {writer:,.1f} | {cov:.3f} |")
+print(f"| {name} | {missed} of {total} | {worst:,.0f} | {writer:,.1f} | {cov:.3f} | {met} |")
 EOF
 }
 
 daemon_config() {
-    printf '[device]\n%s\n%s\n%s\n' "$device_section" "$1" "$volumes"
+    printf '[device]\n%s\n%s\n[control]\nsocket = "control.sock"\n%s\n' "$device_section" "$1" "$volumes"
 }
 
 echo "stacking: $readers readers at $rate IOPS (QD1 4 KiB), one 1 MiB QD8 writer, ${secs}s, SLO p99 ${slo} us, device $device"
-echo "| setup | reader-seconds over the SLO | worst reader p99 (µs) | writer MiB/s | writer per-second CoV |"
-echo "|---|---|---|---|---|"
+echo "| setup | reader-seconds over the SLO | worst reader p99 (µs) | writer MiB/s | writer per-second CoV | periods meeting the daemon's read target |"
+echo "|---|---|---|---|---|---|"
 start_daemon "$(daemon_config '[device.qos]
 enable = false')"
 run off off
@@ -127,7 +135,7 @@ else
           --object "throttle-group,id=cap,limits.bps-write=$((cap_mibs << 20))")
     for i in $(seq 0 $((readers - 1))); do
         args+=(--blockdev "driver=raw,node-name=r$i,file=disk,offset=$((i << 26)),size=$((1 << 26))"
-               --export "type=vhost-user-blk,id=e$i,node-name=r$i,addr.type=unix,addr.path=$work/r$i.sock")
+               --export "type=vhost-user-blk,id=e$i,node-name=r$i,writable=on,addr.type=unix,addr.path=$work/r$i.sock")
     done
     args+=(--blockdev "driver=raw,node-name=w,file=disk,offset=$((512 << 20)),size=$((512 << 20))"
            --blockdev "driver=throttle,node-name=wcap,throttle-group=cap,file=w"

@@ -141,6 +141,10 @@ pub struct DeviceStatsView {
     /// Missed-latency ppm of the last period, `[read, write]`.
     pub missed_ppm: [u32; 2],
     pub rq_wait_pct: u32,
+    /// Planning periods with completions and more than one active volume, since start,
+    /// and how many of them missed a latency target.
+    pub contended_periods: u64,
+    pub contended_periods_missed: u64,
 }
 
 /// One volume in `GET /v1/stats`. Rates are over the last sampling interval (1 s);

@@ -32,7 +32,10 @@ pub fn resolve(config: &Config, config_path: &Path) -> Option<Calibration> {
         ));
     }
     let size = match HostDisk::probe(device) {
-        Ok((size, _)) => size,
+        // A layout that does not fit is refused when the daemon opens the device; it is
+        // not worth measuring first.
+        Ok((size, block)) if config.validate_layout(size, block).is_ok() => size,
+        Ok(_) => return None,
         Err(e) => return not_calibrated(&e),
     };
     let state_file = state_path(config_path);

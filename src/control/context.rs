@@ -547,6 +547,8 @@ impl Control {
                 period_us: d.period_us,
                 missed_ppm: d.missed_ppm,
                 rq_wait_pct: d.rq_wait_pct,
+                contended_periods: d.contended_periods,
+                contended_periods_missed: d.contended_periods_missed,
             },
             volumes,
         }

@@ -18,6 +18,7 @@
 //! | `vhost_iocost_volume_hweight_active_percent`, `..._inuse_percent`, `..._donated_percent` | gauge | shares |
 //! | `vhost_iocost_volume_latency_seconds` | histogram | device latency since start (bounds are powers of two µs) |
 //! | `vhost_iocost_device_vrate_percent`, `..._busy_level`, `..._period_seconds` | gauge | device |
+//! | `vhost_iocost_device_contended_periods_total`, `..._contended_periods_missed_total` | counter | periods where QoS arbitrated, and those that missed a latency target |
 
 use super::context::Control;
 use prometheus_client::collector::Collector;
@@ -235,6 +236,22 @@ impl Collector for ControlCollector {
         for (name, help, value) in device {
             let g = ConstGauge::new(value);
             g.encode(enc.encode_descriptor(name, help, None, g.metric_type())?)?;
+        }
+        let contended: [(&str, &str, u64); 2] = [
+            (
+                "vhost_iocost_device_contended_periods",
+                "Planning periods with completions and more than one active volume.",
+                d.contended_periods,
+            ),
+            (
+                "vhost_iocost_device_contended_periods_missed",
+                "Contended planning periods that missed a latency target.",
+                d.contended_periods_missed,
+            ),
+        ];
+        for (name, help, value) in contended {
+            let c = ConstCounter::new(value);
+            c.encode(enc.encode_descriptor(name, help, None, c.metric_type())?)?;
         }
         Ok(())
     }

@@ -151,8 +151,13 @@ pub(crate) fn plan(dev: &DeviceShared) -> u64 {
             0
         };
         vrate::adjust_base_vrate(dev, st, demand.nr_lagging);
-        if lat.missed_target(ctx.ppm_thr) && st.vtime_base_rate <= params.vrate_min() {
+        let missed = lat.missed_target(ctx.ppm_thr);
+        if missed && st.vtime_base_rate <= params.vrate_min() {
             missed_at_min = st.last.missed_at_min.saturating_add(1);
+        }
+        if lat.nr_done > 0 {
+            st.contended_periods += 1;
+            st.contended_periods_missed += u64::from(missed);
         }
     }
 

@@ -63,7 +63,12 @@ fn missed_latency_lowers_vrate_after_four_periods() {
         assert!(rec.missed_ppm[0] > 50_000);
     }
     assert_eq!(&vrates[..3], &[1_000_000; 3]);
-    assert_eq!(dev.stats().busy_level, 8);
+    let stats = dev.stats();
+    assert_eq!(stats.busy_level, 8);
+    assert_eq!(
+        (stats.contended_periods, stats.contended_periods_missed),
+        (8, 8)
+    );
     // 1 % down (the integer rate rounds up: 136 064 / 137 438 = 99.0002 %).
     assert!(vrates[3].abs_diff(990_000) < 10, "{vrates:?}");
     assert!(vrates[7] < vrates[6], "{vrates:?}");
@@ -193,6 +198,7 @@ fn a_lone_volume_is_not_throttled_and_holds_vrate() {
         assert_eq!(rec.vrate_after_ppm, 1_000_000);
     }
     assert!(v.stats().usage_pct > 250.0, "{:?}", v.stats());
+    assert_eq!(dev.stats().contended_periods, 0, "alone is not contended");
     let throttled = (0..300).any(|_| {
         keep_active(&n, &clock);
         matches!(v.admit(&io_us(100)), Admission::Wait { .. })

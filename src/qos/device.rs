@@ -67,6 +67,9 @@ pub(crate) struct DeviceState {
     pub gross_streak: u32,
     pub margins: Margins,
     pub last: PeriodRecord,
+    /// See [`DeviceStats::contended_periods`].
+    pub contended_periods: u64,
+    pub contended_periods_missed: u64,
     /// Planner scratch buffers, kept to avoid allocating every period.
     pub scratch: crate::planner::Scratch,
     /// Every configuration ever published; `DeviceShared::cfg` points into one of
@@ -225,6 +228,8 @@ impl QosDevice {
             gross_streak: 0,
             margins,
             last: PeriodRecord::default(),
+            contended_periods: 0,
+            contended_periods_missed: 0,
             scratch: crate::planner::Scratch::default(),
             cfg_history: vec![Arc::new(DeviceCfg {
                 params,
@@ -545,7 +550,7 @@ impl QosDevice {
 
     /// Device and per-volume statistics.
     pub fn stats(&self) -> DeviceStats {
-        let (running, busy_level, last, volumes) = {
+        let (running, busy_level, last, contended, volumes) = {
             let st = self.shared.lock();
             let vols: Vec<Arc<VolumeCore>> = st
                 .tree
@@ -553,7 +558,8 @@ impl QosDevice {
                 .iter()
                 .filter_map(|&id| st.tree.nodes[id].volume.clone())
                 .collect();
-            (st.running, st.busy_level, st.last, vols)
+            let contended = (st.contended_periods, st.contended_periods_missed);
+            (st.running, st.busy_level, st.last, contended, vols)
         };
         let volumes = volumes
             .into_iter()
@@ -575,6 +581,8 @@ impl QosDevice {
             missed_ppm: last.missed_ppm,
             rq_wait_pct: last.rq_wait_pct,
             last_period: last,
+            contended_periods: contended.0,
+            contended_periods_missed: contended.1,
             volumes,
         }
     }

@@ -105,6 +105,10 @@ pub struct DeviceStats {
     pub rq_wait_pct: u32,
     /// The last planner run.
     pub last_period: PeriodRecord,
+    /// Periods with completions and more than one active volume (where QoS arbitrates),
+    /// and how many of them missed a latency target, since start.
+    pub contended_periods: u64,
+    pub contended_periods_missed: u64,
     /// Per-volume statistics.
     pub volumes: Vec<VolumeStats>,
 }

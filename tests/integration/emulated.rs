@@ -397,3 +397,54 @@ fn an_idle_volumes_share_comes_back_when_it_resumes() {
         assert_eq!(r.errors, 0);
     }
 }
+
+/// The stacking scenario under steady contention (four QD1 readers paced at 500 IOPS
+/// beside an unpaced 1 MiB QD8 writer) on the defaults: the controller settles, so the
+/// writer's per-second throughput varies little (coefficient of variation ≤ 0.25) while
+/// the read target is met in at least 95 % of the contended planning periods.
+#[test]
+#[ignore = "open target (issue #12 item 2): run alone, the read target is met in about 88 % of contended periods; see BENCHMARKS.md"]
+fn under_steady_contention_the_writer_is_steady_and_the_read_target_met() {
+    let _one_at_a_time = measuring();
+    let readers: Vec<String> = (0..4).map(|i| format!("r{i}")).collect();
+    let mut volumes: String = readers
+        .iter()
+        .enumerate()
+        .map(|(i, name)| volume(name, 8 * i as u64, 8, ""))
+        .collect();
+    volumes += &volume("writer", 32, 32, "");
+    let d = DaemonProcess::start(&config(&format!("{SLOW_DEVICE}{DEFAULTS}"), &volumes));
+    let mut tenants: Vec<TenantSpec> = readers
+        .iter()
+        .map(|name| TenantSpec {
+            rate_iops: Some(500),
+            ramp: Duration::from_secs(2),
+            ..reader(&d, name, 1, 10)
+        })
+        .collect();
+    tenants.push(TenantSpec {
+        rw: Pattern::Write,
+        bs: 1 << 20,
+        ramp: Duration::from_secs(2),
+        ..reader(&d, "writer", 8, 10)
+    });
+    let results = loadgen::run(&tenants).unwrap();
+    let writer = results.last().unwrap();
+    let mibs: Vec<f64> = writer.per_second[2..].iter().map(|s| s.mib_per_s).collect();
+    let mean = mibs.iter().sum::<f64>() / mibs.len() as f64;
+    let sd = (mibs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / mibs.len() as f64).sqrt();
+    let device = &control_get(&d, "/v1/stats")["device"];
+    let periods = device["contended_periods"].as_u64().unwrap();
+    let missed = device["contended_periods_missed"].as_u64().unwrap();
+    let met = 1.0 - missed as f64 / periods.max(1) as f64;
+    eprintln!(
+        "writer {mean:.1} MiB/s per second, CoV {:.3}; read target met in {:.1} % of {periods} contended periods",
+        sd / mean,
+        met * 100.0
+    );
+    assert!(sd / mean <= 0.25, "writer per-second MiB/s {mibs:?}");
+    assert!(
+        met >= 0.95,
+        "{missed} of {periods} contended periods missed"
+    );
+}
