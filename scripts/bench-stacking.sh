@@ -35,12 +35,7 @@ create_size = "1GiB"
 kind = "emulated"
 direct = false
 [device.emulated]
-rbps = 400000000
-rseqiops = 20000
-rrandiops = 20000
-wbps = 200000000
-wseqiops = 10000
-wrandiops = 10000
+'"$(cat configs/emulated/slow-ssd.toml)"'
 channels = 4
 base_latency = "50us"' ;;
 file)

@@ -15,7 +15,7 @@
 //!
 //! The loop also counts volumes whose IO has been in flight for more than a period
 //! ("lagging"): their latency is not yet visible to the latency signal, so they block
-//! vrate increases.
+//! vrate increases. Only volumes that do IO in a direction with a latency target count.
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 
@@ -32,7 +32,6 @@ use super::PeriodCtx;
 /// Classify all active volumes; donors are left in `st.scratch.surpluses`.
 pub(crate) fn classify(dev: &DeviceShared, st: &mut DeviceState, ctx: &PeriodCtx) -> (Demand, u64) {
     let gen = dev.hweight_gen.load(Acquire);
-    let latency_qos = ctx.ppm_thr[0] != MILLION as u32 || ctx.ppm_thr[1] != MILLION as u32;
     let vnow = ctx.now.vnow;
     let mut demand = Demand::default();
     let mut usage_us_sum = 0u64;
@@ -52,7 +51,15 @@ pub(crate) fn classify(dev: &DeviceShared, st: &mut DeviceState, ctx: &PeriodCtx
         let vtime = v.vtime.load(Relaxed);
         let (hwa, hwi) = v.hweights(gen);
 
-        if latency_qos
+        // Deviation: only IO in a direction with a latency target can hide a miss. A
+        // writer's 1 MiB writes outlast a 10 ms period on a slow device, and without a
+        // write target (the calibrated defaults) the kernel's rule would keep vrate from
+        // ever rising again once it fell.
+        let targeted = (0..2).any(|rw| {
+            u64::from(ctx.ppm_thr[rw]) < MILLION
+                && (v.lat.nr_met[rw].load(Relaxed) | v.lat.nr_missed[rw].load(Relaxed)) != 0
+        });
+        if targeted
             && after(vtime, vdone)
             && after(
                 vtime,

@@ -41,6 +41,6 @@ pub(crate) fn deactivate_idle(dev: &DeviceShared, st: &mut DeviceState, ctx: &Pe
         v.usage_ppm.store(0, Relaxed);
         st.active.swap_remove(i);
     }
-    dev.nr_active.store(st.active.len(), Relaxed);
+    dev.set_nr_active(st.active.len(), ctx.now.now_ns);
     st.tree.commit_weights(&dev.hweight_gen);
 }

@@ -28,6 +28,8 @@ pub(crate) struct LatStat {
     pub rq_wait_pct: u32,
     /// Reads and writes completed.
     pub nr_done: u64,
+    /// `[read, write]` completed.
+    pub done: [u64; 2],
     /// `[read, write]` mean device latency minus transfer time, µs (0 without
     /// completions).
     pub mean_lat_us: [u64; 2],
@@ -44,6 +46,19 @@ impl LatStat {
         self.missed_ppm[0] > ppm_thr[0] || self.missed_ppm[1] > ppm_thr[1]
     }
 
+    /// Nothing completed that could tell whether a target was met: no completion in any
+    /// direction with a target, or none at all when neither has one.
+    pub(crate) fn no_samples(&self, ppm_thr: [u32; 2]) -> bool {
+        let targeted: Vec<usize> = (0..2)
+            .filter(|&rw| u64::from(ppm_thr[rw]) < MILLION)
+            .collect();
+        if targeted.is_empty() {
+            self.nr_done == 0
+        } else {
+            targeted.iter().all(|&rw| self.done[rw] == 0)
+        }
+    }
+
     /// Some direction with a target missed it grossly ([`is_gross`]; see
     /// [`super::vrate`]).
     pub(crate) fn grossly_missed(&self, ppm_thr: [u32; 2], target_us: [u32; 2]) -> bool {
@@ -53,13 +68,124 @@ impl LatStat {
     }
 }
 
+/// Completions to judge a percentile by: enough that two of them may miss at the share
+/// the controller aims at (40 for a p90 target, 80 for p95; [`super::busy::aim`]), so
+/// one unlucky request is not taken for the percentile.
+pub const WINDOW_MISSES: u64 = 2;
+/// A window is judged after at most this many periods, however few completions it holds.
+pub const MAX_WINDOW_PERIODS: u32 = 16;
+
+/// The raw latency counters of one period, or of a window of periods added together.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct LatCounts {
+    met: [u64; 2],
+    missed: [u64; 2],
+    lat_sum_us: [u64; 2],
+    lat_sq_sum: [u64; 2],
+    rq_wait_ns: u64,
+    elapsed_ns: u64,
+}
+
+impl LatCounts {
+    fn add(&mut self, o: &LatCounts) {
+        for rw in 0..2 {
+            self.met[rw] += o.met[rw];
+            self.missed[rw] += o.missed[rw];
+            self.lat_sum_us[rw] = self.lat_sum_us[rw].wrapping_add(o.lat_sum_us[rw]);
+            self.lat_sq_sum[rw] = self.lat_sq_sum[rw].wrapping_add(o.lat_sq_sum[rw]);
+        }
+        self.rq_wait_ns = self.rq_wait_ns.saturating_add(o.rq_wait_ns);
+        self.elapsed_ns = self.elapsed_ns.saturating_add(o.elapsed_ns);
+    }
+
+    fn done(&self, rw: usize) -> u64 {
+        self.met[rw] + self.missed[rw]
+    }
+
+    /// The saturation signals these counters give.
+    pub(crate) fn stat(&self) -> LatStat {
+        let missed_ppm = [0, 1].map(|rw| match self.done(rw) {
+            0 => 0,
+            done => cdiv(self.missed[rw].saturating_mul(MILLION), done) as u32,
+        });
+        let rq_wait_pct = (u128::from(self.rq_wait_ns) * 100 / u128::from(self.elapsed_ns.max(1)))
+            .min(u128::from(u32::MAX)) as u32;
+        let mean = |rw: usize| self.lat_sum_us[rw] / self.done(rw).max(1);
+        let se =
+            |rw: usize| standard_error(self.done(rw), self.lat_sum_us[rw], self.lat_sq_sum[rw]);
+        LatStat {
+            missed_ppm,
+            rq_wait_pct,
+            nr_done: self.done(0) + self.done(1),
+            done: [self.done(0), self.done(1)],
+            mean_lat_us: [mean(0), mean(1)],
+            mean_se_us: [se(0), se(1)],
+        }
+    }
+}
+
+/// Consecutive periods whose latency is judged together.
+///
+/// A percentile needs samples: a QD1 reader at 500 IOPS completes one read per 2 ms, so a
+/// 1 ms period holds none or one or two of its reads, and "more than 10 % missed" then
+/// says whether the one read of the period happened to queue, not where the p90 is. The
+/// window grows until some direction with a target holds [`WINDOW_MISSES`] misses' worth
+/// of completions (or [`MAX_WINDOW_PERIODS`] have passed), and the
+/// saturation signals, busy_level and vrate move once per window. A device busy enough
+/// to fill that in one period is judged every period, as the kernel does.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct LatWindow {
+    counts: LatCounts,
+    periods: u32,
+}
+
+/// A judged window: its signals and how many periods it spans.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Judged {
+    pub stat: LatStat,
+    pub periods: u32,
+}
+
+impl LatWindow {
+    /// Adds a period's counters; returns the window's verdict when it is complete, and
+    /// starts the next window. `ppm_thr`: the misses allowed per direction, ppm (1e6 =
+    /// no target).
+    pub(crate) fn push(&mut self, period: &LatCounts, ppm_thr: [u32; 2]) -> Option<Judged> {
+        self.counts.add(period);
+        self.periods += 1;
+        let mut targeted = false;
+        let mut enough = false;
+        for (rw, thr) in ppm_thr.into_iter().enumerate() {
+            let thr = u64::from(thr);
+            if thr >= MILLION {
+                continue;
+            }
+            targeted = true;
+            enough |= self.counts.done(rw) * thr.max(1) >= WINDOW_MISSES * MILLION;
+        }
+        if targeted && !enough && self.periods < MAX_WINDOW_PERIODS {
+            return None;
+        }
+        let judged = Judged {
+            stat: self.counts.stat(),
+            periods: self.periods,
+        };
+        *self = LatWindow::default();
+        Some(judged)
+    }
+
+    /// Forgets the periods gathered so far (a volume alone on the device is not judged).
+    pub(crate) fn reset(&mut self) {
+        *self = LatWindow::default();
+    }
+}
+
 /// Collect and reset-by-snapshot the counters of the active volumes.
-pub(crate) fn collect(st: &mut DeviceState, elapsed_ns: u64) -> LatStat {
-    let mut met = [0u64; 2];
-    let mut missed = [0u64; 2];
-    let mut rq_wait_ns = 0u64;
-    let mut lat_sum_us = [0u64; 2];
-    let mut lat_sq_sum = [0u64; 2];
+pub(crate) fn collect(st: &mut DeviceState, elapsed_ns: u64) -> LatCounts {
+    let mut c = LatCounts {
+        elapsed_ns,
+        ..LatCounts::default()
+    };
     // Only active volumes can have completed anything since the last run: a volume is
     // deactivated only after a whole period with nothing in flight, and this runs
     // before deactivation.
@@ -69,39 +195,25 @@ pub(crate) fn collect(st: &mut DeviceState, elapsed_ns: u64) -> LatStat {
         for rw in 0..2 {
             let m = v.lat.nr_met[rw].load(Relaxed);
             let x = v.lat.nr_missed[rw].load(Relaxed);
-            met[rw] += u64::from(m.wrapping_sub(node.last_met[rw]));
-            missed[rw] += u64::from(x.wrapping_sub(node.last_missed[rw]));
+            c.met[rw] += u64::from(m.wrapping_sub(node.last_met[rw]));
+            c.missed[rw] += u64::from(x.wrapping_sub(node.last_missed[rw]));
             node.last_met[rw] = m;
             node.last_missed[rw] = x;
             let l = v.lat.lat_sum_us[rw].load(Relaxed);
-            lat_sum_us[rw] += l.wrapping_sub(node.last_lat_sum_us[rw]);
+            c.lat_sum_us[rw] += l.wrapping_sub(node.last_lat_sum_us[rw]);
             node.last_lat_sum_us[rw] = l;
             let q = v.lat.lat_sq_sum[rw].load(Relaxed);
-            lat_sq_sum[rw] = lat_sq_sum[rw].wrapping_add(q.wrapping_sub(node.last_lat_sq_sum[rw]));
+            c.lat_sq_sum[rw] =
+                c.lat_sq_sum[rw].wrapping_add(q.wrapping_sub(node.last_lat_sq_sum[rw]));
             node.last_lat_sq_sum[rw] = q;
         }
         let w = v.lat.rq_wait_ns.load(Relaxed);
-        rq_wait_ns = rq_wait_ns.saturating_add(w.wrapping_sub(node.last_rq_wait_ns));
+        c.rq_wait_ns = c
+            .rq_wait_ns
+            .saturating_add(w.wrapping_sub(node.last_rq_wait_ns));
         node.last_rq_wait_ns = w;
     }
-    let mut missed_ppm = [0u32; 2];
-    for rw in 0..2 {
-        let total = met[rw] + missed[rw];
-        if total > 0 {
-            missed_ppm[rw] = cdiv(missed[rw].saturating_mul(MILLION), total) as u32;
-        }
-    }
-    let rq_wait_pct = (u128::from(rq_wait_ns) * 100 / u128::from(elapsed_ns.max(1)))
-        .min(u128::from(u32::MAX)) as u32;
-    let mean = |rw: usize| lat_sum_us[rw] / (met[rw] + missed[rw]).max(1);
-    let se = |rw: usize| standard_error(met[rw] + missed[rw], lat_sum_us[rw], lat_sq_sum[rw]);
-    LatStat {
-        missed_ppm,
-        rq_wait_pct,
-        nr_done: met[0] + met[1] + missed[0] + missed[1],
-        mean_lat_us: [mean(0), mean(1)],
-        mean_se_us: [se(0), se(1)],
-    }
+    c
 }
 
 /// Standard error of the mean of `n` samples with sum `sum` and sum of squares `sq`:
@@ -118,6 +230,65 @@ fn standard_error(n: u64, sum: u64, sq: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A period's counters: `reads` reads of which `missed` missed, each `lat_us` long.
+    fn period(reads: u64, missed: u64, lat_us: u64) -> LatCounts {
+        LatCounts {
+            met: [reads - missed, 0],
+            missed: [missed, 0],
+            lat_sum_us: [reads * lat_us, 0],
+            lat_sq_sum: [reads * lat_us * lat_us, 0],
+            rq_wait_ns: 0,
+            elapsed_ns: 10_000_000,
+        }
+    }
+
+    const P90_READS: [u32; 2] = [100_000, MILLION as u32];
+
+    #[test]
+    fn a_window_is_judged_once_it_holds_two_misses_worth_of_completions() {
+        let mut w = LatWindow::default();
+        // p90: 20 reads. Three periods of 8 reads, one missed in the first.
+        assert_eq!(w.push(&period(8, 1, 300), P90_READS), None);
+        assert_eq!(w.push(&period(8, 0, 200), P90_READS), None);
+        let j = w.push(&period(8, 0, 200), P90_READS).unwrap();
+        assert_eq!(j.periods, 3);
+        assert_eq!(j.stat.done, [24, 0]);
+        assert_eq!(j.stat.missed_ppm, [41_667, 0]);
+        // The next window starts empty; a busy period is judged on its own.
+        let j = w.push(&period(40, 8, 900), P90_READS).unwrap();
+        assert_eq!((j.periods, j.stat.missed_ppm[0]), (1, 200_000));
+    }
+
+    #[test]
+    fn a_window_is_judged_after_at_most_sixteen_periods() {
+        let mut w = LatWindow::default();
+        for _ in 1..MAX_WINDOW_PERIODS {
+            assert_eq!(w.push(&period(1, 0, 200), P90_READS), None);
+        }
+        let j = w.push(&period(0, 0, 0), P90_READS).unwrap();
+        assert_eq!((j.periods, j.stat.done[0]), (MAX_WINDOW_PERIODS, 15));
+    }
+
+    #[test]
+    fn without_a_latency_target_every_period_is_judged() {
+        let mut w = LatWindow::default();
+        let none = [MILLION as u32; 2];
+        assert_eq!(w.push(&period(1, 1, 200), none).unwrap().periods, 1);
+        assert!(w.push(&LatCounts::default(), none).is_some());
+    }
+
+    #[test]
+    fn no_samples_means_none_in_a_direction_with_a_target() {
+        let writes_only = LatStat {
+            nr_done: 30,
+            done: [0, 30],
+            ..LatStat::default()
+        };
+        assert!(writes_only.no_samples(P90_READS));
+        assert!(!writes_only.no_samples([MILLION as u32; 2]));
+        assert!(LatStat::default().no_samples([MILLION as u32; 2]));
+    }
 
     #[test]
     fn standard_error_of_the_mean() {

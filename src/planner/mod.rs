@@ -7,7 +7,9 @@
 //! 1. **Signals** ([`lat_stat`]): share of completions that missed the latency target,
 //!    time requests spent waiting for a device slot, and mean latency, which
 //!    [`queue`] compares with its recent floor (a deviation: an earlier sign of
-//!    saturation than the percentile).
+//!    saturation than the percentile). Deviation: they are judged over a window of
+//!    periods holding enough completions to tell the percentile
+//!    ([`lat_stat::LatWindow`]); steps 6 and 7 run when a window is judged.
 //! 2. **Idle volumes** ([`idle`]): a volume that neither issued nor had anything in
 //!    flight for a whole period leaves the weight tree; its share goes to its siblings.
 //! 3. **Usage** ([`usage`]): device time each volume consumed this period.
@@ -18,11 +20,12 @@
 //!    lowered so that their hweights hit the targets and the freed share flows to the
 //!    others in proportion to their weights. A donor that needs its share back takes it
 //!    back on the issue path at once.
-//! 6. **busy_level** ([`busy`]): saturated periods (misses, slot waits, or a device
-//!    queue building near the target) count up, starved ones (volumes short while the
-//!    device has slack) count down.
-//! 7. **vrate** ([`vrate`]): the base rate moves by a step that grows with the streak,
-//!    within the configured bounds; discarded budget is compensated.
+//! 6. **busy_level** ([`busy`]): saturated windows (more misses than the controller
+//!    aims at, half what the target allows, or slot waits) count up, starved ones
+//!    (volumes short while the device has slack) count down.
+//! 7. **vrate** ([`vrate`]): the base rate falls 4 % at once in a saturated window and
+//!    rises by a step that grows with the starved streak, within the configured
+//!    bounds; discarded budget is compensated.
 //!
 //! The order follows the kernel's `ioc_timer_fn` (spec G.0).
 
@@ -46,6 +49,7 @@ use crate::qos::stats::PeriodRecord;
 use crate::qos::tree::NodeId;
 use crate::qos::vclock::Now;
 use crate::qos::volume::rate_to_ppm;
+use lat_stat::LatStat;
 
 pub use busy::{BUSY_LEVEL_MAX, RQ_WAIT_BUSY_PCT, UNBUSY_THR_PCT};
 pub use vrate::{vrate_adj_pct, VRATE_CLAMP_ADJ_PCT};
@@ -101,7 +105,7 @@ pub(crate) fn plan(dev: &DeviceShared) -> u64 {
         return due - now.now_ns;
     }
     let elapsed_ns = now.now_ns.saturating_sub(period_at_ns).max(1);
-    let lat = lat_stat::collect(st, elapsed_ns);
+    let period_lat = lat_stat::collect(st, elapsed_ns);
     let period_vtime = now.vnow.wrapping_sub(period_at_vtime);
     if period_vtime == 0 {
         return period_ns;
@@ -117,6 +121,9 @@ pub(crate) fn plan(dev: &DeviceShared) -> u64 {
         ],
     };
 
+    if st.active.len() > 1 {
+        dev.contended(now.now_ns);
+    }
     idle::deactivate_idle(dev, st, &ctx);
     usage::flush(st, elapsed_ns);
     let (demand, _usage_us_sum) = classify::classify(dev, st, &ctx);
@@ -128,14 +135,32 @@ pub(crate) fn plan(dev: &DeviceShared) -> u64 {
     st.scratch.surpluses.clear();
 
     let vrate_before = st.vtime_base_rate;
-    let mut queue = queue::Queue::Clear;
-    let mut missed_at_min = 0;
-    if st.active.len() <= 1 {
+    let last = st.last;
+    let mut judged_periods = 0;
+    let (mut lat, mut queue) = (
+        LatStat {
+            missed_ppm: last.missed_ppm,
+            rq_wait_pct: last.rq_wait_pct,
+            mean_lat_us: last.mean_lat_us,
+            ..LatStat::default()
+        },
+        if last.latency_rising {
+            queue::Queue::Rising
+        } else {
+            queue::Queue::Clear
+        },
+    );
+    let mut missed_at_min = last.missed_at_min;
+    if dev.alone(now.now_ns) {
         // Alone on the device, a volume is not throttled (`VolumeQos::admit_at`): its
         // misses are its own and its unused budget was not lost, so vrate, busy_level
         // and the latency floor hold for when a neighbour arrives.
         st.vtime_err = 0;
-    } else {
+        st.lat_window.reset();
+        (lat, queue, missed_at_min) = (period_lat.stat(), queue::Queue::Clear, 0);
+    } else if let Some(judged) = st.lat_window.push(&period_lat, busy::aim(ctx.ppm_thr)) {
+        lat = judged.stat;
+        judged_periods = judged.periods;
         let targets_us = [params.rlat_us, params.wlat_us];
         queue = st.lat_floors.observe(
             lat.mean_lat_us,
@@ -144,20 +169,25 @@ pub(crate) fn plan(dev: &DeviceShared) -> u64 {
             targets_us,
             now.now_ns,
         );
-        st.busy_level = busy::next_busy_level(st.busy_level, &lat, queue, &demand, ctx.ppm_thr);
-        st.gross_streak = if lat.grossly_missed(ctx.ppm_thr, targets_us) {
-            st.gross_streak.saturating_add(1)
+        st.busy_level =
+            busy::next_busy_level(st.busy_level, &lat, queue, &demand, busy::aim(ctx.ppm_thr));
+        if lat.grossly_missed(ctx.ppm_thr, targets_us) {
+            st.gross_streak = st.gross_streak.saturating_add(1);
+        } else if !lat.no_samples(ctx.ppm_thr) {
+            st.gross_streak = 0;
+        }
+        vrate::adjust_base_vrate(dev, st, demand.nr_lagging);
+        let missed = lat.missed_target(ctx.ppm_thr);
+        missed_at_min = if missed && st.vtime_base_rate <= params.vrate_min() {
+            last.missed_at_min.saturating_add(judged.periods)
         } else {
             0
         };
-        vrate::adjust_base_vrate(dev, st, demand.nr_lagging);
-        let missed = lat.missed_target(ctx.ppm_thr);
-        if missed && st.vtime_base_rate <= params.vrate_min() {
-            missed_at_min = st.last.missed_at_min.saturating_add(1);
-        }
         if lat.nr_done > 0 {
-            st.contended_periods += 1;
-            st.contended_periods_missed += u64::from(missed);
+            st.contended_periods += u64::from(judged.periods);
+            if missed {
+                st.contended_periods_missed += u64::from(judged.periods);
+            }
         }
     }
 
@@ -181,7 +211,8 @@ pub(crate) fn plan(dev: &DeviceShared) -> u64 {
         rq_wait_pct: lat.rq_wait_pct,
         mean_lat_us: lat.mean_lat_us,
         latency_rising: queue == queue::Queue::Rising,
-        nr_done: lat.nr_done,
+        judged_periods,
+        nr_done: period_lat.stat().nr_done,
         nr_lagging: demand.nr_lagging,
         nr_shortages: demand.nr_shortages,
         nr_donors: if demand.nr_shortages > 0 {

@@ -61,7 +61,9 @@ pub(crate) struct DeviceState {
     /// Discarded vtime awaiting compensation (negative = lost).
     pub vtime_err: i64,
     pub busy_level: i32,
-    /// Lowest recent per-period mean device latency (see `planner::queue`).
+    /// The periods whose latency will be judged together (see `planner::lat_stat`).
+    pub lat_window: crate::planner::lat_stat::LatWindow,
+    /// Lowest recent per-window mean device latency (see `planner::queue`).
     pub lat_floors: crate::planner::queue::LatFloors,
     /// Consecutive periods with a gross latency miss (see `planner::vrate`).
     pub gross_streak: u32,
@@ -88,6 +90,10 @@ pub(crate) struct DeviceCfg {
     pub qos: QosConfig,
 }
 
+/// How long after the last moment of contention a volume active alone stops being
+/// throttled.
+pub const ALONE_AFTER_NS: u64 = 1_000_000_000;
+
 /// Everything shared between the device handle, the volume handles and the planner.
 pub(crate) struct DeviceShared {
     /// Parameters and model: points at the newest entry of `DeviceState::cfg_history`,
@@ -104,6 +110,9 @@ pub(crate) struct DeviceShared {
     pub margin_low: AtomicI64,
     /// `DeviceState::active.len()`: a volume that is active alone is not throttled.
     pub nr_active: AtomicUsize,
+    /// When a volume active alone stops being throttled, ns on the QoS clock:
+    /// [`ALONE_AFTER_NS`] after more than one volume was last active.
+    pub alone_from_ns: AtomicU64,
     state: Mutex<DeviceState>,
 }
 
@@ -122,6 +131,28 @@ impl DeviceShared {
     }
 
     /// Consistent wall + virtual time snapshot (spec E.1).
+    /// At most one volume is active and none other has been for [`ALONE_AFTER_NS`]:
+    /// there is nobody to protect (`VolumeQos::admit_at`, `planner::plan`). The delay
+    /// keeps a neighbour that pauses between requests, as a paced reader does for a
+    /// millisecond or two, from handing the device to a writer in every pause.
+    pub(crate) fn alone(&self, now_ns: u64) -> bool {
+        self.nr_active.load(Relaxed) <= 1 && now_ns >= self.alone_from_ns.load(Relaxed)
+    }
+
+    /// Note that more than one volume is active at `now_ns`.
+    pub(crate) fn contended(&self, now_ns: u64) {
+        self.alone_from_ns
+            .fetch_max(now_ns.saturating_add(ALONE_AFTER_NS), Relaxed);
+    }
+
+    /// Note the active volumes' count after a change (device lock held).
+    pub(crate) fn set_nr_active(&self, nr_active: usize, now_ns: u64) {
+        self.nr_active.store(nr_active, Relaxed);
+        if nr_active > 1 {
+            self.contended(now_ns);
+        }
+    }
+
     pub(crate) fn now(&self) -> Now {
         self.now_at(self.clock.now_ns())
     }
@@ -224,6 +255,7 @@ impl QosDevice {
             vtime_rate: rate,
             vtime_err: 0,
             busy_level: 0,
+            lat_window: Default::default(),
             lat_floors: Default::default(),
             gross_streak: 0,
             margins,
@@ -248,6 +280,7 @@ impl QosDevice {
                 base_rate: AtomicU64::new(rate),
                 margin_low: AtomicI64::new(margins.low),
                 nr_active: AtomicUsize::new(0),
+                alone_from_ns: AtomicU64::new(0),
                 state: Mutex::new(state),
             }),
         }

@@ -59,6 +59,14 @@
 //! * `plan()` may be called at any time and only runs when a period is due.
 //! * The busy_level guard of spec J.1 (no completions in a period) is implemented.
 //! * Latency and usage counters are per volume (atomics), not per CPU.
+//! * The shortest planning period is 10 ms, not 1 ms ([`params`]), and latency is
+//!   judged over windows of periods holding enough completions
+//!   (`planner::lat_stat::LatWindow`).
+//! * The controller aims at half the misses a target allows, and vrate falls 4 % at
+//!   once in a busy window; only rises keep the slow start (`planner::busy`,
+//!   `planner::vrate`). Other controller deviations are commented where they are made.
+//! * A volume active alone, with no neighbour for a second, is not throttled
+//!   ([`device`]: `DeviceShared::alone`).
 
 pub mod clock;
 pub mod config;

@@ -61,15 +61,21 @@ pub struct PeriodRecord {
     pub vrate_effective_ppm: u64,
     /// busy_level after the update.
     pub busy_level: i32,
-    /// Missed-latency ppm, `[read, write]`.
+    /// Missed-latency ppm, `[read, write]`. This and the next three fields are those of
+    /// the latency window judged at the end of this period, or of the last one judged
+    /// (see `planner::lat_stat::LatWindow`).
     pub missed_ppm: [u32; 2],
-    /// Time requests waited for a device slot, percent of the period (can exceed 100).
+    /// Time requests waited for a device slot, percent of the window (can exceed 100).
     pub rq_wait_pct: u32,
     /// Mean device latency minus transfer time, µs, `[read, write]` (0: none completed).
     pub mean_lat_us: [u64; 2],
     /// Mean latency rose above its recent floor near the target, so vrate was not
     /// allowed to rise (see `planner::queue`).
     pub latency_rising: bool,
+    /// Periods whose latency was judged at the end of this one (the window's length);
+    /// 0 while the window is still gathering completions. busy_level and vrate move
+    /// only when a window is judged.
+    pub judged_periods: u32,
     /// Reads and writes completed in the period.
     pub nr_done: u64,
     /// Volumes with IO in flight for more than a period.
@@ -80,7 +86,7 @@ pub struct PeriodRecord {
     pub nr_donors: u32,
     /// Active volumes at the end of the period.
     pub nr_active: u32,
-    /// Consecutive periods, this one included, in which a latency target was missed
+    /// Consecutive periods, this one included, in whose windows a latency target was missed
     /// while the base vrate was already at its minimum: lowering vrate cannot help any
     /// more, so the target is tighter than the device delivers at that load.
     pub missed_at_min: u32,

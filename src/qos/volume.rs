@@ -235,7 +235,7 @@ impl VolumeQos {
             return self.go(io, abs, 0, 0, now_ns);
         }
         let now = self.activate(now_ns);
-        if dev.nr_active.load(Relaxed) <= 1 {
+        if dev.alone(now.now_ns) {
             // Alone on the device: nobody to protect, so nothing to throttle (a lone
             // tenant is never slower than with QoS off, whatever the model says). Its
             // usage counts; its vtime does not advance, and the budget it does not use
@@ -467,7 +467,7 @@ impl VolumeQos {
         v.invalidate_hweights(dev.hweight_gen.load(Acquire));
         st.tree.nodes[node].activated_at_ns = now.now_ns;
         st.active.push((node, Arc::clone(&self.core)));
-        dev.nr_active.store(st.active.len(), Relaxed);
+        dev.set_nr_active(st.active.len(), now.now_ns);
         v.on_active.store(true, Release);
         if !st.running {
             st.running = true;

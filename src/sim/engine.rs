@@ -132,7 +132,12 @@ pub fn run(sc: &Scenario) -> Result<SimResult, Error> {
         vols,
         wls,
         disk: Disk::new(
-            EmulatedDisk::new(truth, sc.disk.speed, sc.disk.channels as usize, 0),
+            EmulatedDisk::new(
+                truth,
+                sc.disk.speed,
+                sc.disk.channels as usize,
+                sc.disk.base_latency.0,
+            ),
             sc.disk.slots as usize,
         ),
         size_model: Box::new(model),
@@ -360,6 +365,7 @@ impl Sim {
                 busy_level: rec.busy_level,
                 missed_ppm: rec.missed_ppm,
                 rq_wait_pct: rec.rq_wait_pct,
+                judged_periods: rec.judged_periods,
             });
         }
         let at = self.now + next;

@@ -47,6 +47,9 @@ pub struct TracePoint {
     pub missed_ppm: [u32; 2],
     /// rq-wait percent.
     pub rq_wait_pct: u32,
+    /// Contended periods whose latency was judged at the end of this one (0: the
+    /// latency window is still open).
+    pub judged_periods: u32,
 }
 
 /// Everything a run produced.
@@ -184,6 +187,24 @@ impl SimResult {
             .filter(|t| t.at_ns >= from_ns && t.at_ns < to_ns)
             .map(|t| t.vrate_ppm)
             .collect()
+    }
+
+    /// Contended periods (more than one volume active) judged within a time window, and
+    /// how many of them were in latency windows with more reads missing the target than
+    /// `read_ppm_thr` (1e6 − rppm) allows: the daemon's `contended_periods(_missed)`.
+    pub fn contended_periods(&self, from_ns: u64, to_ns: u64, read_ppm_thr: u32) -> (u64, u64) {
+        let judged = self
+            .trace
+            .iter()
+            .filter(|t| t.at_ns >= from_ns && t.at_ns < to_ns && t.judged_periods > 0);
+        let (mut n, mut missed) = (0, 0);
+        for t in judged {
+            n += u64::from(t.judged_periods);
+            if t.missed_ppm[0] > read_ppm_thr {
+                missed += u64::from(t.judged_periods);
+            }
+        }
+        (n, missed)
     }
 
     /// Number of direction changes of vrate in a window.

