@@ -7,7 +7,7 @@
 //! the streak lasts (see [`super::vrate`]).
 //!
 //! * Saturated: rq-wait above 5 % of the period, or more misses than the controller
-//!   aims at, in either direction. Deviation: it aims at half of what the percentile
+//!   aims at, in either direction. Deviation: it aims at 40 % of what the percentile
 //!   allows ([`AIM_PCT`]), so that the target itself holds in most windows (see
 //!   [`super::vrate`]).
 //! * Clearly not saturated: every signal below 75 % of its threshold. If some volume is
@@ -43,7 +43,7 @@ pub(crate) struct Demand {
 }
 
 /// The controller aims at this share of the misses a target allows.
-pub const AIM_PCT: u64 = 50;
+pub const AIM_PCT: u64 = 40;
 
 /// The misses the controller aims at, `[read, write]` ppm, for the misses the targets
 /// allow (`ppm_thr` = `[1e6 − rppm, 1e6 − wppm]`; 1e6 = no target).

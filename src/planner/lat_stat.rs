@@ -69,7 +69,7 @@ impl LatStat {
 }
 
 /// Completions to judge a percentile by: enough that two of them may miss at the share
-/// the controller aims at (40 for a p90 target, 80 for p95; [`super::busy::aim`]), so
+/// the controller aims at (50 for a p90 target, 100 for p95; [`super::busy::aim`]), so
 /// one unlucky request is not taken for the percentile.
 pub const WINDOW_MISSES: u64 = 2;
 /// A window is judged after at most this many periods, however few completions it holds.

@@ -21,7 +21,7 @@
 //!    others in proportion to their weights. A donor that needs its share back takes it
 //!    back on the issue path at once.
 //! 6. **busy_level** ([`busy`]): saturated windows (more misses than the controller
-//!    aims at, half what the target allows, or slot waits) count up, starved ones
+//!    aims at, 40 % of what the target allows, or slot waits) count up, starved ones
 //!    (volumes short while the device has slack) count down.
 //! 7. **vrate** ([`vrate`]): the base rate falls 4 % at once in a saturated window and
 //!    rises by a step that grows with the starved streak, within the configured

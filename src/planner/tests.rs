@@ -49,7 +49,7 @@ fn donation_matches_the_spec_worked_example() {
     assert!((sa.usage_pct - 10.0).abs() < 0.01, "{}", sa.usage_pct);
 }
 
-/// A volume whose latency target is missed by more than the controller aims at (half
+/// A volume whose latency target is missed by more than the controller aims at (40 %
 /// of what the percentile allows) makes the device busy, and vrate falls by 4 % in every
 /// such period, from the first (the kernel's slow start waits for four).
 #[test]
@@ -236,9 +236,9 @@ fn keep_active(neighbour: &VolumeQos, clock: &ManualClock) {
     }
 }
 
-/// One planning period in which volume `v` issues 80 small reads that each take
+/// One planning period in which volume `v` issues 100 small reads that each take
 /// `lat_ns` on the device (and `neighbour` keeps active); returns the planner's record.
-/// 80 reads are enough to judge a p95 target in one period (`lat_stat::LatWindow`).
+/// 100 reads are enough to judge a p95 target in one period (`lat_stat::LatWindow`).
 fn read_period(
     dev: &QosDevice,
     v: &VolumeQos,
@@ -252,7 +252,7 @@ fn read_period(
         len: 10,
     };
     keep_active(neighbour, clock);
-    for _ in 0..80 {
+    for _ in 0..100 {
         if let Admission::Go(c) = v.admit(&read) {
             let t = clock.now_ns();
             v.complete(&c, t, t, t + lat_ns);
@@ -263,8 +263,8 @@ fn read_period(
     dev.last_period()
 }
 
-/// One planning period in which volume `v` issues as many 50 µs reads as its budget
-/// allows (it ends the period short; about 100, enough to judge a p95 target in one
+/// One planning period in which volume `v` issues as many 25 µs reads as its budget
+/// allows (it ends the period short; about 200, enough to judge a p95 target in one
 /// period), each taking `lat_ns` on the device, while `neighbour` keeps active; returns
 /// the planner's record of it.
 fn saturated_period(
@@ -276,7 +276,7 @@ fn saturated_period(
 ) -> PeriodRecord {
     keep_active(neighbour, clock);
     for _ in 0..10 {
-        while let Admission::Go(c) = v.admit(&io_us(50)) {
+        while let Admission::Go(c) = v.admit(&io_us(25)) {
             let t = clock.now_ns();
             v.complete(&c, t, t, t + lat_ns);
         }

@@ -62,7 +62,7 @@
 //! * The shortest planning period is 10 ms, not 1 ms ([`params`]), and latency is
 //!   judged over windows of periods holding enough completions
 //!   (`planner::lat_stat::LatWindow`).
-//! * The controller aims at half the misses a target allows, and vrate falls 4 % at
+//! * The controller aims at 40 % of the misses a target allows, and vrate falls 4 % at
 //!   once in a busy window; only rises keep the slow start (`planner::busy`,
 //!   `planner::vrate`). Other controller deviations are commented where they are made.
 //! * A volume active alone, with no neighbour for a second, is not throttled
