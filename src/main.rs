@@ -76,13 +76,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    vhost_iocost::logging::init();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run { config } => run(&config),
@@ -106,6 +100,12 @@ fn main() -> ExitCode {
 
 fn run(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     let config = Config::load(path)?;
+    // Before anything is touched: a second instance on the same disk stops here.
+    let _lock = vhost_iocost::instance_lock::InstanceLock::acquire(&config.device)?;
+    // A state file the daemon cannot read stops it here, before any socket exists.
+    vhost_iocost::control::state::RuntimeState::load(&vhost_iocost::control::state::state_path(
+        path,
+    ))?;
     // Block the signals before any thread exists, so every thread inherits the mask and
     // only the main thread takes them.
     let signals = daemon::block_termination_signals();
@@ -142,6 +142,10 @@ fn check(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     let config = Config::load(path)?;
     let (size, block) = HostDisk::probe(&config.device)?;
     config.validate_layout(size, block)?;
+    // The daemon refuses to start over a state file it cannot read: say so here, where
+    // systemd's ExecStartPre can stop a restart loop.
+    let state_file = vhost_iocost::control::state::state_path(path);
+    vhost_iocost::control::state::RuntimeState::load(&state_file)?;
     print!("{}", config.describe(Some(size), Some(block)));
     println!("config OK");
     Ok(())

@@ -56,21 +56,7 @@ impl HostDisk {
             what,
             source,
         };
-        if !path.exists() {
-            let Some(size) = cfg.create_size else {
-                return Err(DiskError::Missing(path));
-            };
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir).map_err(|e| io_err("cannot create directory", e))?;
-            }
-            let f = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&path)
-                .map_err(|e| io_err("cannot create", e))?;
-            f.set_len(size.0).map_err(|e| io_err("cannot size", e))?;
-            tracing::info!(path = %path.display(), size = %size, "created sparse backing file");
-        }
+        create_if_missing(cfg)?;
         let mut opts = OpenOptions::new();
         opts.read(true).write(true);
         if cfg.direct {
@@ -97,6 +83,36 @@ impl HostDisk {
             direct: cfg.direct,
         })
     }
+}
+
+/// Create the backing file as a sparse file of `create_size` if `path` does not exist;
+/// without `create_size` a missing path is an error.
+pub fn create_if_missing(cfg: &DeviceConfig) -> Result<(), DiskError> {
+    let Some(path) = cfg.path.as_deref().filter(|_| cfg.kind.has_file()) else {
+        return Ok(());
+    };
+    if path.exists() {
+        return Ok(());
+    }
+    let io_err = |what, source| DiskError::Io {
+        path: path.to_path_buf(),
+        what,
+        source,
+    };
+    let Some(size) = cfg.create_size else {
+        return Err(DiskError::Missing(path.to_path_buf()));
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| io_err("cannot create directory", e))?;
+    }
+    let f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(|e| io_err("cannot create", e))?;
+    f.set_len(size.0).map_err(|e| io_err("cannot size", e))?;
+    tracing::info!(path = %path.display(), size = %size, "created sparse backing file");
+    Ok(())
 }
 
 /// (offset/length alignment, memory alignment) for O_DIRECT, from statx(STATX_DIOALIGN)

@@ -25,15 +25,16 @@ pub struct VolumeServer<A: Admission> {
     pub volume: Arc<Volume<A>>,
     current: Mutex<Option<Connection<A>>>,
     stopping: AtomicBool,
+    /// The socket file this server bound, removed on stop only if still there.
+    bound: Option<crate::socket_path::SocketId>,
 }
 
 impl<A: Admission> VolumeServer<A> {
-    /// Binds the volume's socket (replacing a stale one) and starts its listener thread.
+    /// Binds the volume's socket (replacing a stale one, refusing anything else:
+    /// [`crate::socket_path::claim`]) and starts its listener thread.
     pub fn start(volume: Arc<Volume<A>>) -> io::Result<Arc<Self>> {
-        if let Some(dir) = volume.socket.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)?;
-        }
-        let listener = Listener::new(&volume.socket, true).map_err(|e| {
+        crate::socket_path::claim(&volume.socket, &format!("volume {}: socket", volume.name))?;
+        let listener = Listener::new(&volume.socket, false).map_err(|e| {
             io::Error::other(format!(
                 "volume {}: cannot listen on {}: {e}",
                 volume.name,
@@ -41,6 +42,7 @@ impl<A: Admission> VolumeServer<A> {
             ))
         })?;
         let server = Arc::new(VolumeServer {
+            bound: crate::socket_path::id(&volume.socket),
             volume,
             current: Mutex::new(None),
             stopping: AtomicBool::new(false),
@@ -147,7 +149,7 @@ impl<A: Admission> VolumeServer<A> {
             }
             shutdown.shutdown();
         }
-        let _ = std::fs::remove_file(&self.volume.socket);
+        crate::socket_path::remove_if_ours(&self.volume.socket, self.bound);
     }
 }
 

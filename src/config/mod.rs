@@ -271,12 +271,10 @@ impl Config {
         let mut names = HashSet::new();
         for (i, g) in self.groups.iter().enumerate() {
             let key = |f: &str| format!("group[{i}] \"{}\".{f}", g.name);
-            if g.name.is_empty() || g.name == ROOT_GROUP {
-                return Err(invalid(
-                    key("name"),
-                    format!("must be non-empty and not `{ROOT_GROUP}`"),
-                ));
+            if g.name == ROOT_GROUP {
+                return Err(invalid(key("name"), format!("must not be `{ROOT_GROUP}`")));
             }
+            check_name(&key("name"), &g.name)?;
             if !names.insert(g.name.as_str()) {
                 return Err(invalid(key("name"), "duplicate group name"));
             }
@@ -321,9 +319,7 @@ impl Config {
         let mut names = HashSet::new();
         let mut sockets = HashSet::new();
         for (i, v) in self.volumes.iter().enumerate() {
-            if v.name.is_empty() {
-                return Err(invalid(v.key(i, "name"), "must not be empty"));
-            }
+            check_name(&v.key(i, "name"), &v.name)?;
             if !names.insert(v.name.as_str()) {
                 return Err(invalid(v.key(i, "name"), "duplicate volume name"));
             }
@@ -496,6 +492,27 @@ impl Config {
         }
         out
     }
+}
+
+/// Volume and group names appear in URLs, metric labels, log lines and thread names:
+/// 1 to 64 of `A–Z a–z 0–9 . _ -`, not starting with `.` or `-`.
+pub const NAME_MAX: usize = 64;
+
+fn check_name(key: &str, name: &str) -> Result<(), ConfigError> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if name.is_empty() || name.len() > NAME_MAX {
+        return Err(invalid(key, format!("must be 1 to {NAME_MAX} characters")));
+    }
+    if let Some(c) = name.chars().find(|&c| !allowed(c)) {
+        return Err(invalid(
+            key,
+            format!("{c:?} is not allowed: use letters, digits, `.`, `_` and `-`"),
+        ));
+    }
+    if name.starts_with(['.', '-']) {
+        return Err(invalid(key, "must not start with `.` or `-`"));
+    }
+    Ok(())
 }
 
 fn check_weight(key: &str, weight: u32) -> Result<(), ConfigError> {

@@ -127,3 +127,26 @@ fn file_device_needs_a_path() {
     let null = BASE.replace("path = \"disk.img\"", "kind = \"null\"");
     assert!(Config::parse(&null).is_ok());
 }
+
+#[test]
+fn volume_and_group_names_are_restricted_to_a_safe_set() {
+    for (bad, why) in [
+        ("a/b", "'/' is not allowed"),
+        ("a\\u0000b", "'\\0' is not allowed"),
+        ("a b", "' ' is not allowed"),
+        ("", "1 to 64 characters"),
+        (".hidden", "must not start with"),
+        ("-x", "must not start with"),
+    ] {
+        let e = err_of(&BASE.replace("name = \"a\"", &format!("name = \"{bad}\"")));
+        assert!(e.contains("volume[0]") && e.contains(why), "{bad:?}: {e}");
+        let e = err_of(&BASE.replace("name = \"tenant-a\"", &format!("name = \"{bad}\"")));
+        assert!(e.contains("group[0]") && e.contains(why), "{bad:?}: {e}");
+    }
+    let long = "v".repeat(65);
+    assert!(
+        err_of(&BASE.replace("name = \"a\"", &format!("name = \"{long}\""))).contains("1 to 64")
+    );
+    let ok = BASE.replace("name = \"a\"", "name = \"vm-17.disk_0\"");
+    Config::parse(&ok).unwrap();
+}

@@ -13,8 +13,8 @@
 use super::context::Control;
 use super::handlers;
 use std::io;
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,39 +23,15 @@ use tokio::sync::Notify;
 /// A running control server.
 pub struct ControlServer {
     socket: PathBuf,
+    bound: Option<crate::socket_path::SocketId>,
     shutdown: Arc<Notify>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-/// Bind `path` with mode 0600, replacing a stale socket.
+/// Bind `path` with mode 0600, replacing a stale socket ([`crate::socket_path::claim`]).
 pub fn bind(path: &Path) -> io::Result<UnixListener> {
     let what = |msg: String| io::Error::other(format!("control socket {}: {msg}", path.display()));
-    match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.file_type().is_socket() => match UnixStream::connect(path) {
-            Ok(_) => {
-                return Err(what(
-                    "another process is listening on it (is another daemon running?)".into(),
-                ))
-            }
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                tracing::info!(path = %path.display(), "removing stale control socket");
-                std::fs::remove_file(path)
-                    .map_err(|e| what(format!("cannot remove the stale socket: {e}")))?;
-            }
-            Err(e) => return Err(what(format!("exists and cannot be probed: {e}"))),
-        },
-        Ok(_) => {
-            return Err(what(
-                "exists and is not a socket; remove it or set another [control] socket".into(),
-            ))
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(what(e.to_string())),
-    }
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| what(format!("cannot create its directory: {e}")))?;
-    }
+    crate::socket_path::claim(path, "control socket")?;
     // SAFETY: umask(2) only swaps the process file-creation mask; restored right after.
     let old = unsafe { libc::umask(0o177) };
     let bound = UnixListener::bind(path);
@@ -65,6 +41,74 @@ pub fn bind(path: &Path) -> io::Result<UnixListener> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| what(format!("cannot set mode 0600: {e}")))?;
     Ok(listener)
+}
+
+/// The whole request header must arrive within this time of the connection's start or
+/// of the previous response; a client that sends it more slowly is disconnected.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// A request, its body read and its response computed, must finish within this time;
+/// otherwise it gets 408.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections served at once; the next one is closed at once until one ends.
+pub const MAX_CONNECTIONS: usize = 64;
+
+/// Serve `router` on `listener` until `stop` is notified, within the limits above: a
+/// client that opens connections and sends nothing, or sends its request byte by byte,
+/// holds a connection slot for at most [`HEADER_TIMEOUT`] and can never take more than
+/// [`MAX_CONNECTIONS`] of them.
+async fn serve_limited(
+    listener: tokio::net::UnixListener,
+    router: axum::Router,
+    stop: Arc<Notify>,
+) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let router = router.layer(axum::middleware::from_fn(
+        |req: axum::extract::Request, next: axum::middleware::Next| async move {
+            match tokio::time::timeout(REQUEST_TIMEOUT, next.run(req)).await {
+                Ok(response) => response,
+                Err(_) => axum::response::IntoResponse::into_response(super::error::ApiError {
+                    status: axum::http::StatusCode::REQUEST_TIMEOUT,
+                    field: None,
+                    message: format!("request not complete within {REQUEST_TIMEOUT:?}"),
+                }),
+            }
+        },
+    ));
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let mut refused = crate::backend::ratelimit::RateLimiter::new(Duration::from_secs(10));
+    loop {
+        let stream = tokio::select! {
+            _ = stop.notified() => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!("control socket: accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            if let Some(more) = refused.check() {
+                tracing::warn!(
+                    refused_since_last = more,
+                    "control socket: {MAX_CONNECTIONS} connections open; refusing more"
+                );
+            }
+            continue; // dropping the stream closes it
+        };
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        tokio::spawn(async move {
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service);
+            if let Err(e) = conn.await {
+                tracing::debug!("control connection: {e}");
+            }
+            drop(slot);
+        });
+    }
 }
 
 impl ControlServer {
@@ -100,15 +144,11 @@ impl ControlServer {
                         }
                     });
                     tracing::info!(socket = %path.display(), "control API listening");
-                    if let Err(e) = axum::serve(listener, router)
-                        .with_graceful_shutdown(async move { stop.notified().await })
-                        .await
-                    {
-                        tracing::error!("control server failed: {e}");
-                    }
+                    serve_limited(listener, router, stop).await;
                 });
             })?;
         Ok(ControlServer {
+            bound: crate::socket_path::id(&socket),
             socket,
             shutdown,
             thread: Some(thread),
@@ -127,7 +167,7 @@ impl ControlServer {
                 let _ = t.join();
             }
         }
-        let _ = std::fs::remove_file(&self.socket);
+        crate::socket_path::remove_if_ours(&self.socket, self.bound);
     }
 }
 

@@ -103,11 +103,15 @@ impl RuntimeState {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
             Err(e) => return Err(format!("state file {}: {e}", path.display())),
         };
+        // What to do about it, for every error below: the daemon does not start over a
+        // file it cannot read, because that would silently drop the runtime settings.
+        let remedy = "repair it, or move it aside to start without the runtime settings it \
+                      holds (weights, limits and the calibration set since start-up)";
         let state: RuntimeState = serde_json::from_str(&text)
-            .map_err(|e| format!("state file {}: {e}", path.display()))?;
+            .map_err(|e| format!("state file {}: unreadable: {e}; {remedy}", path.display()))?;
         if state.version != STATE_VERSION {
             return Err(format!(
-                "state file {}: version {} is not supported (expected {STATE_VERSION})",
+                "state file {}: version {} is not supported (expected {STATE_VERSION}); {remedy}",
                 path.display(),
                 state.version
             ));

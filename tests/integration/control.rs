@@ -624,3 +624,69 @@ fn metrics_parse_and_match_what_the_client_did() {
         .expect("vrate");
     assert!(matches!(vrate.value, prometheus_parse::Value::Gauge(v) if v > 0.0));
 }
+
+/// Reads until the server closes the connection; returns how long that took.
+fn closed_within(s: &mut std::os::unix::net::UnixStream, limit: Duration) -> Option<Duration> {
+    use std::io::Read;
+    let start = Instant::now();
+    s.set_read_timeout(Some(limit)).unwrap();
+    let mut buf = [0u8; 512];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return Some(start.elapsed()),
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                return Some(start.elapsed())
+            }
+            Err(_) => return None,
+        }
+    }
+}
+
+/// A client that sends its request header byte by byte (slowloris) is disconnected once
+/// the header timeout passes, and the API keeps answering others meanwhile.
+#[test]
+fn a_half_sent_request_is_disconnected_after_the_header_timeout() {
+    use std::io::Write;
+    use vhost_iocost::control::server::HEADER_TIMEOUT;
+    let d = DaemonProcess::start(&two_volume_config(""));
+    let mut slow = std::os::unix::net::UnixStream::connect(sock(&d)).unwrap();
+    slow.write_all(b"GET /v1/stats HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    ok(&d, "GET", "/v1/device", None);
+    let took = closed_within(&mut slow, HEADER_TIMEOUT * 3).expect("still open");
+    assert!(
+        took >= HEADER_TIMEOUT - Duration::from_secs(1),
+        "closed after {took:?}"
+    );
+}
+
+/// Connections beyond the cap are closed at once; the ones already open are served, and
+/// once they end new connections are accepted again.
+#[test]
+fn connections_beyond_the_cap_are_closed_at_once() {
+    use std::io::Write;
+    use vhost_iocost::control::server::MAX_CONNECTIONS;
+    let d = DaemonProcess::start(&two_volume_config(""));
+    let mut idle: Vec<_> = (0..MAX_CONNECTIONS)
+        .map(|_| std::os::unix::net::UnixStream::connect(sock(&d)).unwrap())
+        .collect();
+    // The server accepts in order, so this one comes after all the slots are taken.
+    let mut over = std::os::unix::net::UnixStream::connect(sock(&d)).unwrap();
+    let took = closed_within(&mut over, Duration::from_secs(2)).expect("over the cap: still open");
+    assert!(took < Duration::from_secs(1), "closed after {took:?}");
+    // An open one is served.
+    idle[1]
+        .write_all(b"GET /v1/device HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut idle[1], &mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    idle.clear();
+    // Once they are gone the API answers again.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while client::request(&sock(&d), "GET", "/v1/device", None).is_err() {
+        assert!(Instant::now() < deadline, "the API did not come back");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

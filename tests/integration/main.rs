@@ -11,5 +11,6 @@ mod emulated;
 mod guest;
 mod hostile;
 mod malformed;
+mod operations;
 mod qos;
 mod raw_frontend;
