@@ -111,8 +111,31 @@ pub fn create_if_missing(cfg: &DeviceConfig) -> Result<(), DiskError> {
         .open(path)
         .map_err(|e| io_err("cannot create", e))?;
     f.set_len(size.0).map_err(|e| io_err("cannot size", e))?;
-    tracing::info!(path = %path.display(), size = %size, "created sparse backing file");
+    if cfg.preallocate {
+        if let Err(e) = preallocate(&f, size.0) {
+            // Leave nothing half-made behind: the next start tries again.
+            let _ = std::fs::remove_file(path);
+            return Err(io_err(
+                "cannot preallocate (set device.preallocate = false for a sparse file)",
+                e,
+            ));
+        }
+        tracing::info!(path = %path.display(), size = %size, "created and allocated the backing file");
+    } else {
+        tracing::info!(path = %path.display(), size = %size, "created sparse backing file");
+    }
     Ok(())
+}
+
+/// Allocate `len` bytes of `file` (unwritten extents: fast, and reads still return
+/// zeroes).
+fn preallocate(file: &File, len: u64) -> std::io::Result<()> {
+    let len = libc::off_t::try_from(len).map_err(std::io::Error::other)?;
+    // SAFETY: fallocate on a descriptor we own; no memory is passed.
+    match unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
 }
 
 /// (offset/length alignment, memory alignment) for O_DIRECT, from statx(STATX_DIOALIGN)
@@ -187,5 +210,43 @@ impl HostDisk {
             512
         };
         Ok((size, block))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    fn device(path: &std::path::Path, preallocate: bool) -> DeviceConfig {
+        toml::from_str(&format!(
+            "path = {path:?}\ncreate_size = \"8MiB\"\npreallocate = {preallocate}"
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_created_file_is_allocated_in_full_unless_told_otherwise() {
+        let dir = tempfile::tempdir().unwrap();
+        let full = dir.path().join("full.img");
+        create_if_missing(&device(&full, true)).unwrap();
+        let meta = std::fs::metadata(&full).unwrap();
+        assert_eq!(meta.len(), 8 << 20);
+        assert!(meta.blocks() * 512 >= 8 << 20, "{} blocks", meta.blocks());
+        // Allocated but never written: it reads as zeroes without touching the disk, so
+        // calibration must not take it for data.
+        let file = File::open(&full).unwrap();
+        assert_eq!(crate::calibration::allocated_bytes(&file, 8 << 20), 0);
+
+        let sparse = dir.path().join("sparse.img");
+        create_if_missing(&device(&sparse, false)).unwrap();
+        let meta = std::fs::metadata(&sparse).unwrap();
+        assert_eq!(meta.len(), 8 << 20);
+        assert!(meta.blocks() * 512 < 1 << 20, "{} blocks", meta.blocks());
+
+        // An existing file is left as it is.
+        std::fs::write(&sparse, b"kept").unwrap();
+        create_if_missing(&device(&sparse, true)).unwrap();
+        assert_eq!(std::fs::read(&sparse).unwrap(), b"kept");
     }
 }

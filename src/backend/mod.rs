@@ -14,6 +14,7 @@ pub mod blk_config;
 pub mod bounce;
 pub mod disk;
 pub mod engine;
+pub mod guest_memory;
 pub mod ratelimit;
 pub mod request;
 pub mod server;

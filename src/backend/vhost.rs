@@ -43,6 +43,8 @@ pub struct VolumeBackend<A: Admission> {
     wake: Arc<vmm_sys_util::eventfd::EventFd>,
     mem: RwLock<GuestMemoryAtomic<Mem>>,
     tokens: Tokens,
+    /// Refused memory tables are logged at most once a second.
+    refused: Mutex<super::ratelimit::RateLimiter>,
 }
 
 impl<A: Admission> VolumeBackend<A> {
@@ -53,6 +55,9 @@ impl<A: Admission> VolumeBackend<A> {
             worker: Mutex::new(worker),
             tokens: Tokens::for_queues(volume.num_queues),
             mem: RwLock::new(GuestMemoryAtomic::new(Mem::new())),
+            refused: Mutex::new(super::ratelimit::RateLimiter::new(
+                std::time::Duration::from_secs(1),
+            )),
             volume,
         })
     }
@@ -119,7 +124,26 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
         .read(offset, size)
     }
 
+    /// A new memory table (SET_MEM_TABLE, ADD_MEM_REG, REM_MEM_REG), already mapped by
+    /// the vhost-user-backend crate. One the frontend may not use
+    /// ([`super::guest_memory::check`]) is unmapped at once and the request fails; the
+    /// volume's queues then see no memory until a valid table arrives.
     fn update_memory(&self, mem: GuestMemoryAtomic<Mem>) -> io::Result<()> {
+        if let Err(e) = super::guest_memory::check(&mem.memory()) {
+            mem.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .replace(Mem::new());
+            let log = self
+                .refused
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .check();
+            if let Some(suppressed) = log {
+                tracing::warn!(volume = %self.volume.name, suppressed, "frontend memory table refused: {e}");
+            }
+            *self.mem.write().unwrap_or_else(|e| e.into_inner()) = mem;
+            return Err(io::Error::other(e));
+        }
         *self.mem.write().unwrap_or_else(|e| e.into_inner()) = mem;
         Ok(())
     }

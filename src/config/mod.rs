@@ -92,9 +92,14 @@ pub struct DeviceConfig {
     /// daemon's working directory. Ignored for `kind = "null"`.
     #[serde(default)]
     pub path: Option<PathBuf>,
-    /// Create a sparse file of this size if `path` does not exist.
+    /// Create a file of this size if `path` does not exist.
     #[serde(default)]
     pub create_size: Option<ByteSize>,
+    /// Allocate the whole file the daemon creates (`create_size`), so that no volume can
+    /// later fail with ENOSPC because others filled the host filesystem; `false` leaves
+    /// it sparse.
+    #[serde(default = "default_true")]
+    pub preallocate: bool,
     #[serde(default)]
     pub kind: DeviceKind,
     /// Open with O_DIRECT (bypass the host page cache).

@@ -146,3 +146,102 @@ fn unaligned_requests_too_large_to_bounce_fail_with_ioerr() {
     let mut f = f;
     serves(&mut f, 0, 4096);
 }
+
+/// A vhost-user connection through the feature handshake, with acked requests and
+/// CONFIGURE_MEM_SLOTS, and no memory yet.
+fn bare_frontend(socket: &str) -> vhost::vhost_user::Frontend {
+    use vhost::vhost_user::message::{VhostUserHeaderFlag, VhostUserProtocolFeatures};
+    use vhost::vhost_user::{Frontend, VhostUserFrontend};
+    use vhost::VhostBackend;
+    let mut f = Frontend::connect(socket, 1).unwrap();
+    f.set_hdr_flags(VhostUserHeaderFlag::NEED_REPLY);
+    f.set_owner().unwrap();
+    let features = f.get_features().unwrap();
+    f.set_features(features).unwrap();
+    f.get_protocol_features().unwrap();
+    f.set_protocol_features(
+        VhostUserProtocolFeatures::REPLY_ACK | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS,
+    )
+    .unwrap();
+    f
+}
+
+/// A memfd of `len` bytes, as a frontend's guest RAM.
+fn memfd(len: u64) -> std::fs::File {
+    use std::os::fd::FromRawFd;
+    // SAFETY: memfd_create with a NUL-terminated name; the fd is checked, then owned.
+    let fd = unsafe { libc::memfd_create(c"hostile-guest".as_ptr(), libc::MFD_CLOEXEC) };
+    assert!(fd >= 0);
+    // SAFETY: a fresh descriptor nothing else owns.
+    let f = unsafe { std::fs::File::from_raw_fd(fd) };
+    f.set_len(len).unwrap();
+    f
+}
+
+fn region(gpa: u64, size: u64, file: &std::fs::File) -> vhost::VhostUserMemoryRegionInfo {
+    use std::os::fd::AsRawFd;
+    vhost::VhostUserMemoryRegionInfo {
+        guest_phys_addr: gpa,
+        memory_size: size,
+        userspace_addr: 0x7f00_0000_0000 + gpa,
+        mmap_offset: 0,
+        mmap_handle: file.as_raw_fd(),
+    }
+}
+
+/// The other volume still serves, and this one takes a well-behaved frontend.
+fn both_volumes_serve(d: &DaemonProcess) {
+    let mut n = RawFrontend::connect(&d.socket("n"), Options::default());
+    serves(&mut n, 0, 0);
+    let mut v = RawFrontend::connect(&d.socket("v"), Options::default());
+    serves(&mut v, 0, 8);
+}
+
+#[test]
+fn a_memory_region_larger_than_its_file_is_refused() {
+    use vhost::vhost_user::VhostUserFrontend;
+    use vhost::VhostBackend;
+    let d = DaemonProcess::start(&config(
+        "",
+        &(volume("v", 0, 8, "") + &volume("n", 8, 8, "")),
+    ));
+    {
+        let f = bare_frontend(&d.socket("v"));
+        let ram = memfd(1 << 20);
+        // 4 MiB declared over a 1 MiB file: an access past 1 MiB would be SIGBUS. The
+        // request fails and the daemon ends this connection.
+        assert!(f.set_mem_table(&[region(0, 4 << 20, &ram)]).is_err());
+    }
+    {
+        let mut f = bare_frontend(&d.socket("v"));
+        let ram = memfd(1 << 20);
+        assert!(f.add_mem_region(&region(0, 2 << 20, &ram)).is_err());
+    }
+    assert!(
+        d.wait_for_log("frontend memory table refused"),
+        "{}",
+        d.log_text()
+    );
+    both_volumes_serve(&d);
+}
+
+#[test]
+fn memory_regions_beyond_the_advertised_slots_are_refused() {
+    use vhost::vhost_user::VhostUserFrontend;
+    let d = DaemonProcess::start(&config(
+        "",
+        &(volume("v", 0, 8, "") + &volume("n", 8, 8, "")),
+    ));
+    {
+        let mut f = bare_frontend(&d.socket("v"));
+        let slots = f.get_max_mem_slots().unwrap();
+        let files: Vec<_> = (0..=slots).map(|_| memfd(4096)).collect();
+        for (i, file) in files.iter().enumerate().take(slots as usize) {
+            f.add_mem_region(&region((i as u64) << 20, 4096, file))
+                .unwrap_or_else(|e| panic!("region {i}: {e}"));
+        }
+        let over = region(slots << 20, 4096, &files[slots as usize]);
+        assert!(f.add_mem_region(&over).is_err(), "region {slots} was taken");
+    }
+    both_volumes_serve(&d);
+}
