@@ -8,9 +8,8 @@
 //! cannot connect. [`check`] refuses such a table; the backend then unmaps it at once
 //! and the frontend's request fails, on its connection only.
 //!
-//! Not covered: a frontend that shrinks its memory file *after* the check (ftruncate)
-//! can still make a later access fault; only a sealed memfd (`F_SEAL_SHRINK`) rules that
-//! out.
+//! A frontend that shrinks its memory file *after* the check (ftruncate) makes a later
+//! access fault; [`super::sigbus`] confines that to its own regions.
 
 use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
 

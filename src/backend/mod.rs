@@ -18,6 +18,7 @@ pub mod guest_memory;
 pub mod ratelimit;
 pub mod request;
 pub mod server;
+pub mod sigbus;
 pub mod slots;
 pub mod vhost;
 pub mod volume;

@@ -12,7 +12,7 @@ use std::io;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
 use vhost_user_backend::VhostUserBackend;
-use vm_memory::{GuestAddressSpace, GuestMemoryAtomic};
+use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryRegion};
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{
     new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
@@ -45,6 +45,11 @@ pub struct VolumeBackend<A: Admission> {
     tokens: Tokens,
     /// Refused memory tables are logged at most once a second.
     refused: Mutex<super::ratelimit::RateLimiter>,
+    /// The accepted memory table's regions, guarded against SIGBUS
+    /// ([`super::sigbus`]).
+    guarded: Mutex<super::sigbus::Registration>,
+    /// [`super::sigbus::Registration::faults`] when this volume last looked.
+    seen_faults: std::sync::atomic::AtomicUsize,
 }
 
 impl<A: Admission> VolumeBackend<A> {
@@ -58,8 +63,34 @@ impl<A: Admission> VolumeBackend<A> {
             refused: Mutex::new(super::ratelimit::RateLimiter::new(
                 std::time::Duration::from_secs(1),
             )),
+            guarded: Mutex::new(super::sigbus::Registration::default()),
+            seen_faults: std::sync::atomic::AtomicUsize::new(0),
             volume,
         })
+    }
+
+    /// Some guest region faulted (its file shrank under the mapping): say so if it was
+    /// this volume's.
+    fn report_memory_fault(&self) {
+        let mine = self
+            .guarded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .faulted();
+        if mine
+            && self
+                .refused
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .check()
+                .is_some()
+        {
+            tracing::warn!(
+                volume = %self.volume.name,
+                "the frontend shrank its guest memory file under a mapped region: that memory \
+                 now reads as zeroes for this daemon; the VMM is broken or hostile"
+            );
+        }
     }
 
     pub fn tokens(&self) -> Tokens {
@@ -129,10 +160,16 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
     /// ([`super::guest_memory::check`]) is unmapped at once and the request fails; the
     /// volume's queues then see no memory until a valid table arrives.
     fn update_memory(&self, mem: GuestMemoryAtomic<Mem>) -> io::Result<()> {
+        let guard = |mem: &Mem| {
+            let ranges = mem.iter().map(|r| (r.as_ptr() as usize, r.len() as usize));
+            *self.guarded.lock().unwrap_or_else(|e| e.into_inner()) =
+                super::sigbus::Registration::new(ranges);
+        };
         if let Err(e) = super::guest_memory::check(&mem.memory()) {
             mem.lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .replace(Mem::new());
+            guard(&Mem::new());
             let log = self
                 .refused
                 .lock()
@@ -144,6 +181,7 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
             *self.mem.write().unwrap_or_else(|e| e.into_inner()) = mem;
             return Err(io::Error::other(e));
         }
+        guard(&mem.memory());
         *self.mem.write().unwrap_or_else(|e| e.into_inner()) = mem;
         Ok(())
     }
@@ -198,6 +236,14 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
                 Ok(())
             }
         };
+        let faults = super::sigbus::Registration::faults();
+        if faults
+            != self
+                .seen_faults
+                .swap(faults, std::sync::atomic::Ordering::Relaxed)
+        {
+            self.report_memory_fault();
+        }
         // An error returned here would end the worker thread and silently stop the volume;
         // log it and keep serving (the next event retries).
         if let Err(e) = result {

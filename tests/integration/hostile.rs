@@ -245,3 +245,28 @@ fn memory_regions_beyond_the_advertised_slots_are_refused() {
     }
     both_volumes_serve(&d);
 }
+
+/// A frontend truncates its guest memory file under the daemon's mapping after the
+/// memory table was accepted, then kicks: the daemon's next look at the ring would be a
+/// SIGBUS, which by default kills every volume. It reads zeroes instead, says so, and
+/// the other volume and the next frontend of this one are served.
+#[test]
+fn a_frontend_shrinking_its_memory_does_not_take_the_daemon_down() {
+    let d = DaemonProcess::start(&config(
+        "",
+        &(volume("v", 0, 8, "") + &volume("n", 8, 8, "")),
+    ));
+    let mut f = RawFrontend::connect(&d.socket("v"), Options::default());
+    serves(&mut f, 0, 0);
+    let (chain, _) = f.rw_chain(T_IN, 0, 4096);
+    f.submit(0, &chain);
+    f.shrink_memory(0);
+    f.kick(0);
+    assert!(
+        d.wait_for_log("shrank its guest memory file"),
+        "{}",
+        d.log_text()
+    );
+    drop(f);
+    both_volumes_serve(&d);
+}

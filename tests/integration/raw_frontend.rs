@@ -303,6 +303,13 @@ impl RawFrontend {
         buf
     }
 
+    /// Truncates the guest RAM's memfd to `len` bytes under the daemon's mapping, as a
+    /// hostile VMM could. This process must not touch guest memory past `len` afterwards.
+    pub fn shrink_memory(&self, len: u64) {
+        let region = self.mem.find_region(GuestAddress(GUEST_BASE)).unwrap();
+        region.file_offset().unwrap().file().set_len(len).unwrap();
+    }
+
     /// Places `chain` in queue `q`'s descriptor table and publishes it (no kick). Returns
     /// the head index.
     pub fn submit(&mut self, q: usize, chain: &[Desc]) -> u16 {

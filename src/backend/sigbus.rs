@@ -1,0 +1,198 @@
+//! A SIGBUS in guest memory is that frontend's problem, not the daemon's.
+//!
+//! Guest memory is the frontend's file (a memfd, a hugetlbfs or /dev/shm file) mapped
+//! shared. [`super::guest_memory::check`] refuses a region larger than its file, but a
+//! hostile frontend can shrink the file afterwards (`ftruncate`), and the next access to a
+//! page past the new end raises SIGBUS, whose default action kills the whole daemon and
+//! every volume with it. Only a memfd sealed against shrinking (`F_SEAL_SHRINK`) rules
+//! that out, and not every frontend seals.
+//!
+//! So the daemon handles SIGBUS itself. Every mapped guest region is registered here
+//! ([`Registration`]). A fault inside one is answered by mapping a private zero page
+//! over the faulting page, so the access is retried and reads zeroes; the region is
+//! marked, and the volume's worker logs it ([`Registration::faulted`]). A fault anywhere
+//! else gets the default action, as before: it is a bug, not a guest.
+//!
+//! Only the daemon's own accesses fault this way (ring indices and descriptors, request
+//! headers, bounce copies); the kernel's accesses on io_uring's behalf fail that request
+//! with EFAULT instead.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
+use std::sync::Once;
+
+/// Guest regions registered at once, all volumes together.
+const SLOTS: usize = 4096;
+
+struct Slot {
+    start: AtomicUsize,
+    end: AtomicUsize,
+    faulted: AtomicBool,
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const EMPTY: Slot = Slot {
+    start: AtomicUsize::new(0),
+    end: AtomicUsize::new(0),
+    faulted: AtomicBool::new(false),
+};
+static REGIONS: [Slot; SLOTS] = [EMPTY; SLOTS];
+static PAGE_SIZE: AtomicUsize = AtomicUsize::new(4096);
+/// Faults in registered regions so far: a cheap check for the data path before
+/// [`Registration::faulted`].
+static FAULTS: AtomicUsize = AtomicUsize::new(0);
+static INSTALL: Once = Once::new();
+
+/// The guest regions of one memory table; unregistered when dropped.
+#[derive(Debug, Default)]
+pub struct Registration {
+    slots: Vec<usize>,
+}
+
+impl Registration {
+    /// Register the mapped ranges `(address, length)` (and install the handler, once).
+    /// Ranges beyond the table's capacity are left unprotected, with a warning.
+    pub fn new(ranges: impl IntoIterator<Item = (usize, usize)>) -> Registration {
+        install();
+        let mut slots = Vec::new();
+        for (start, len) in ranges {
+            let free = REGIONS.iter().position(|s| {
+                s.end
+                    .compare_exchange(0, usize::MAX, AcqRel, Relaxed)
+                    .is_ok()
+            });
+            let Some(i) = free else {
+                tracing::warn!("sigbus: {SLOTS} guest regions registered; one more is unprotected");
+                continue;
+            };
+            let s = &REGIONS[i];
+            s.faulted.store(false, Relaxed);
+            s.start.store(start, Release);
+            s.end.store(start.saturating_add(len), Release);
+            slots.push(i);
+        }
+        Registration { slots }
+    }
+
+    /// Faults in any registered region so far (compare with an earlier value to know
+    /// whether [`Registration::faulted`] is worth asking).
+    pub fn faults() -> usize {
+        FAULTS.load(Acquire)
+    }
+
+    /// Whether an access into one of these regions has faulted since the last call.
+    pub fn faulted(&self) -> bool {
+        self.slots.iter().fold(false, |any, &i| {
+            REGIONS[i].faulted.swap(false, AcqRel) | any
+        })
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        for &i in &self.slots {
+            REGIONS[i].start.store(0, Release);
+            REGIONS[i].end.store(0, Release);
+        }
+    }
+}
+
+fn install() {
+    INSTALL.call_once(|| {
+        // SAFETY: sysconf has no memory arguments.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        if page > 0 {
+            PAGE_SIZE.store(page as usize, Relaxed);
+        }
+        // SAFETY: a zeroed sigaction is valid; the handler has the SA_SIGINFO signature
+        // and only uses async-signal-safe calls (atomics, mmap, signal).
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_sigbus as *const () as usize;
+            action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+            libc::sigemptyset(&mut action.sa_mask);
+            if libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut()) != 0 {
+                tracing::warn!(
+                    "sigbus: cannot install the handler: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
+    });
+}
+
+extern "C" fn on_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    for s in REGIONS.iter() {
+        let (start, end) = (s.start.load(Acquire), s.end.load(Acquire));
+        if start <= addr && addr < end && end != usize::MAX {
+            let page = addr & !(PAGE_SIZE.load(Relaxed) - 1);
+            // SAFETY: replaces one page of a guest mapping this process made (the
+            // region's bounds were registered with its mapping) by a private zero page.
+            let p = unsafe {
+                libc::mmap(
+                    page as *mut libc::c_void,
+                    PAGE_SIZE.load(Relaxed),
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_FIXED | libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            if p != libc::MAP_FAILED {
+                s.faulted.store(true, Release);
+                FAULTS.fetch_add(1, Release);
+                return;
+            }
+        }
+    }
+    // Not guest memory: the default action, when the access is retried.
+    // SAFETY: signal(2) is async-signal-safe.
+    unsafe { libc::signal(libc::SIGBUS, libc::SIG_DFL) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::io::{AsRawFd, FromRawFd};
+
+    #[test]
+    fn a_shrunk_file_under_a_registered_mapping_reads_zeroes_and_is_reported() {
+        // SAFETY: memfd_create with a NUL-terminated name; the fd is owned by the File.
+        let fd = unsafe { libc::memfd_create(c"sigbus-test".as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(fd >= 0);
+        // SAFETY: a fresh descriptor nothing else owns.
+        let file = unsafe { std::fs::File::from_raw_fd(fd) };
+        let len = 4 * 4096;
+        file.set_len(len as u64).unwrap();
+        // SAFETY: a new shared mapping of the memfd; unmapped at the end of the test.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(map, libc::MAP_FAILED);
+        let bytes = map as *mut u8;
+        // SAFETY: inside the mapping, while the file is 4 pages long.
+        unsafe { bytes.add(4096 * 3).write_volatile(7) };
+        let reg = Registration::new([(map as usize, len)]);
+        assert!(!reg.faulted());
+        file.set_len(4096).unwrap();
+        // SAFETY: page 3 is past the file's new end: SIGBUS, answered with a zero page.
+        let v = unsafe { bytes.add(4096 * 3 + 5).read_volatile() };
+        assert_eq!(v, 0);
+        assert!(reg.faulted());
+        assert!(!reg.faulted(), "reported once");
+        // Page 0 is still the file's.
+        // SAFETY: inside the file.
+        assert_eq!(unsafe { bytes.read_volatile() }, 0);
+        drop(reg);
+        // SAFETY: the mapping made above.
+        unsafe { libc::munmap(map, len) };
+    }
+}
