@@ -90,6 +90,9 @@ impl Registration {
 impl Drop for Registration {
     fn drop(&mut self) {
         for &i in &self.slots {
+            // Reserved (the handler skips it) before `start` changes, so that no moment
+            // shows a range the mapping does not cover; free only after.
+            REGIONS[i].end.store(usize::MAX, Release);
             REGIONS[i].start.store(0, Release);
             REGIONS[i].end.store(0, Release);
         }
