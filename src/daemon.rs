@@ -7,6 +7,7 @@ use crate::backend::server::VolumeServer;
 use crate::backend::slots::DeviceSlots;
 use crate::backend::volume::{SharedDisk, Volume};
 use crate::config::{Config, ConfigError, ROOT_GROUP};
+use crate::emulated::FaultPlan;
 use crate::qos::{MonotonicClock, PeriodRecord, QosDevice, VolumeQos};
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,7 +49,14 @@ impl Daemon {
                 .emulated
                 .as_ref()
                 .map(|e| std::sync::Mutex::new(e.disk())),
+            faults: FaultPlan::new(config.device.emulated.as_ref().map_or(&[], |e| &e.faults)),
         });
+        if !shared.faults.is_empty() {
+            tracing::warn!(
+                rules = ?config.device.emulated.as_ref().map(|e| &e.faults),
+                "fault injection is on: matching requests will fail on purpose"
+            );
+        }
         let mut servers = Vec::new();
         for v in &config.volumes {
             let handle = qos

@@ -23,7 +23,9 @@ pub const FOREIGN_INTERVAL: Duration = Duration::from_secs(1);
 /// Install the subscriber (once, at start-up).
 pub fn init() {
     let limiter = CallSiteLimiter::new(FOREIGN_INTERVAL);
+    // Colours only on a terminal: journald and log files get plain text.
     let fmt = tracing_subscriber::fmt::layer()
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .with_filter(filter::filter_fn(move |m| limiter.allow(m, Instant::now())));
     tracing_subscriber::registry()

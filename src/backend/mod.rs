@@ -1,6 +1,7 @@
 //! The data path: vhost-user glue, virtio-blk request parsing, and the io_uring engine.
 //!
 //! - [`request`]: transport-free parsing and validation of virtio-blk requests.
+//! - [`chain`]: a popped descriptor chain to a validated request.
 //! - [`blk_config`]: features and config space.
 //! - [`disk`], [`bounce`], [`engine`]: the host disk, O_DIRECT bounce buffers, io_uring.
 //! - [`slots`]: the device-wide in-flight limit.
@@ -12,6 +13,7 @@
 pub mod admission;
 pub mod blk_config;
 pub mod bounce;
+pub mod chain;
 pub mod disk;
 pub mod engine;
 pub mod guest_memory;

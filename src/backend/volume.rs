@@ -21,6 +21,8 @@ pub struct SharedDisk {
     pub slots: DeviceSlots,
     /// `kind = "emulated"`: when each request completes.
     pub emulated: Option<std::sync::Mutex<crate::emulated::EmulatedDisk>>,
+    /// `[[device.emulated.faults]]`: device errors on demand (empty otherwise).
+    pub faults: crate::emulated::FaultPlan,
 }
 
 /// Request counters, readable while the data path runs (control plane, tests).

@@ -10,11 +10,13 @@
 
 use super::admission::{Admission, Decision, IoKind, IoRequest, Timing};
 use super::bounce::BounceBuffer;
+use super::chain;
 use super::engine::{monotonic_now_ns, DeviceOp, Engine};
 use super::ratelimit::RateLimiter;
 use super::request::{self, ChainLayout, Request, RequestError, RequestKind, Segment};
 use super::volume::{Volume, VolumeCounters};
 use crate::cost_model::CostInput;
+use crate::emulated::faults::{Fault, FaultError};
 use std::collections::VecDeque;
 use std::io;
 use std::sync::Arc;
@@ -68,6 +70,8 @@ struct InFlight<T> {
     mem: Arc<Mem>,
     ticket: Option<T>,
     timing: Timing,
+    /// An injected device error (`[[device.emulated.faults]]`) replacing the result.
+    fault: Option<Fault>,
 }
 
 // SAFETY: the raw iovec pointers point into `mem` (kept alive by the Arc) or into `bounce`,
@@ -308,25 +312,7 @@ impl<A: Admission> Worker<A> {
             self.outstanding[queue as usize] += 1;
             let head = chain.head_index();
             let mut layout = std::mem::take(&mut self.layout);
-            layout.readable.clear();
-            layout.writable.clear();
-            let mut result = Ok(());
-            let mut ends_cleanly = true;
-            for desc in chain {
-                ends_cleanly = !desc.has_next();
-                if let Err(e) = layout.push(desc.addr().0, desc.len(), desc.is_write_only()) {
-                    result = Err(e);
-                    break;
-                }
-            }
-            if result.is_ok() && !ends_cleanly {
-                result = Err(RequestError::BrokenChain);
-            }
-            let parsed = result.and_then(|()| {
-                request::parse(&layout, &self.volume.limits, |addr, buf| {
-                    mem.read_slice(buf, GuestAddress(addr)).is_ok()
-                })
-            });
+            let parsed = chain::parse_chain(chain, &mut layout, &self.volume.limits);
             match parsed {
                 Ok(req) => self.accept(queue, head, req, mem),
                 Err(e) => self.refuse(queue, head, &layout, e, mem),
@@ -554,6 +540,7 @@ impl<A: Admission> Worker<A> {
         let vol = &self.volume;
         let disk = &vol.shared.disk;
         let host_offset = vol.host_offset + p.request.offset;
+        let fault = vol.shared.faults.pick(&vol.name, p.io.kind);
         let mut record = InFlight {
             queue: p.queue,
             head: p.head,
@@ -571,6 +558,7 @@ impl<A: Admission> Worker<A> {
                 submitted_ns: now,
                 completed_ns: 0,
             },
+            fault,
         };
         let op = match p.request.kind {
             RequestKind::Read | RequestKind::Write => {
@@ -588,6 +576,10 @@ impl<A: Admission> Worker<A> {
                 if let Err(why) = self.map_iovecs(&mut record, &p.request.data, is_read) {
                     self.fail_unstarted(record, &why);
                     return Ok(());
+                }
+                let block = if disk.direct { disk.block_size } else { 1 };
+                if let Some(keep) = fault.and_then(|f| f.short_len(p.request.len, block)) {
+                    truncate_iovecs(&mut record.iovecs, keep as usize);
                 }
                 if is_read {
                     record.guest_written = p.request.len as u32;
@@ -629,7 +621,11 @@ impl<A: Admission> Worker<A> {
         } else {
             op
         };
-        let deadline = self.emulated_deadline(&record.io, host_offset);
+        let mut deadline = self.emulated_deadline(&record.io, host_offset);
+        if let Some(fault) = fault.filter(|f| f.error == FaultError::Stall) {
+            let held = monotonic_now_ns().saturating_add(fault.stall_ns);
+            deadline = Some(deadline.map_or(held, |d| d.max(held)));
+        }
         self.submit_op(record, op, deadline);
         Ok(())
     }
@@ -828,6 +824,11 @@ impl<A: Admission> Worker<A> {
             }
             _ => 0,
         };
+        let result = match record.fault.and_then(|f| f.errno()) {
+            // The device's own error wins over an injected one.
+            Some(errno) if result >= 0 => -errno,
+            _ => result,
+        };
         let mut ok = i64::from(result) == expected
             || (result == -libc::EOPNOTSUPP && record.kind == RequestKind::Discard);
         if ok {
@@ -857,7 +858,7 @@ impl<A: Admission> Worker<A> {
             if let Some(suppressed) = log_failure.then(|| self.warn.check()).flatten() {
                 tracing::warn!(
                     volume = %vol.name, kind = ?record.kind, offset = record.io.offset, len = record.io.len,
-                    suppressed, "device I/O failed: {}", describe_result(result, expected)
+                    injected = record.fault.is_some(), suppressed, "device I/O failed: {}", describe_result(result, expected)
                 );
             }
         }
@@ -980,6 +981,16 @@ impl<A: Admission> Drop for Worker<A> {
         admission.complete(&self.settled);
         admission.abandon_wait();
     }
+}
+
+/// Shortens `iovecs` to describe only their first `keep` bytes.
+fn truncate_iovecs(iovecs: &mut Vec<libc::iovec>, keep: usize) {
+    let mut left = keep;
+    iovecs.retain_mut(|v| {
+        v.iov_len = v.iov_len.min(left);
+        left -= v.iov_len;
+        v.iov_len > 0
+    });
 }
 
 fn describe_result(result: i32, expected: i64) -> String {

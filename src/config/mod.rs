@@ -370,6 +370,15 @@ impl Config {
                 }
             }
         }
+        let faults = self.device.emulated.iter().flat_map(|e| &e.faults);
+        for (at, rule) in faults.enumerate() {
+            if let Some(v) = rule.volume.as_deref().filter(|v| !names.contains(v)) {
+                return Err(invalid(
+                    format!("device.emulated.faults[{at}].volume"),
+                    format!("no volume named \"{v}\""),
+                ));
+            }
+        }
         Ok(())
     }
 

@@ -11,9 +11,12 @@
 //! base_latency = "50us"  # added to every request
 //! channels = 8           # requests served in parallel
 //! ```
+//!
+//! `[[device.emulated.faults]]` adds device errors on demand ([`super::faults`]).
 
 use serde::{Deserialize, Serialize};
 
+use super::faults::FaultRule;
 use super::EmulatedDisk;
 use crate::cost_model::{LinearModel, LinearParams, ModelConfig};
 use crate::qos::DurationUs;
@@ -36,6 +39,9 @@ pub struct EmulatedConfig {
     /// Requests served in parallel; together they deliver the six numbers.
     #[serde(default = "default_channels")]
     pub channels: u32,
+    /// Device errors on demand.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<FaultRule>,
 }
 
 fn default_base_latency() -> DurationUs {
@@ -74,6 +80,9 @@ impl EmulatedConfig {
                 "device.emulated.base_latency: at most 1s (got {})",
                 self.base_latency
             ));
+        }
+        for (at, rule) in self.faults.iter().enumerate() {
+            rule.validate(at)?;
         }
         Ok(())
     }

@@ -24,8 +24,10 @@
 //! leaves the reader its solo speed; what QoS achieves depends only on how well it paces.
 
 mod config;
+pub mod faults;
 
 pub use config::EmulatedConfig;
+pub use faults::FaultPlan;
 
 use crate::cost_model::vtime::vtime_to_ns;
 use crate::cost_model::{CostInput, CostModel, LinearModel};

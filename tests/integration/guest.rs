@@ -349,8 +349,8 @@ impl GuestRun {
             .map(str::to_owned)
     }
 
-    /// Checks the guest ran fio to the end without any error and returns fio's JSON.
-    fn fio_ok(&self) -> Value {
+    /// fio's JSON and exit code from the console of a guest that ran to the end.
+    fn fio_json(&self) -> (Value, String) {
         if !self.status.success() {
             self.fail(&format!("guest run failed: run-guest.sh {}", self.status));
         }
@@ -363,7 +363,8 @@ impl GuestRun {
             .lines()
             .next()
             .and_then(|l| l.strip_prefix("HARNESS: END-JSON rc="))
-            .unwrap_or("?");
+            .unwrap_or("?")
+            .to_owned();
         let mut text = &self.console[begin + "HARNESS: BEGIN-JSON\n".len()..end];
         // fio puts warnings (e.g. "multiple writers may overwrite blocks") before the JSON.
         if let Some(start) = text.find("\n{") {
@@ -372,15 +373,33 @@ impl GuestRun {
                 text = &text[start + 1..];
             }
         }
-        let json: Value = match serde_json::from_str(text) {
-            Ok(v) => v,
+        match serde_json::from_str(text) {
+            Ok(v) => (v, rc),
             Err(e) => self.fail(&format!("fio JSON does not parse ({e}):\n{text}")),
-        };
-        // fio prints verify mismatches and I/O errors on stderr, which is the console.
+        }
+    }
+
+    /// The first console line showing a verify mismatch: data that came back wrong.
+    fn bad_data(&self) -> Option<&str> {
         let bad = [
             "verify failed",
             "bad magic",
             "bad header",
+            "verify type mismatch",
+        ];
+        self.console
+            .lines()
+            .find(|l| bad.iter().any(|b| l.contains(b)))
+    }
+
+    /// Checks the guest ran fio to the end without any error and returns fio's JSON.
+    fn fio_ok(&self) -> Value {
+        let (json, rc) = self.fio_json();
+        // fio prints verify mismatches and I/O errors on stderr, which is the console.
+        if let Some(l) = self.bad_data() {
+            self.fail(&format!("guest read back wrong data: {l}"));
+        }
+        let bad = [
             "fio: io_u error",
             "I/O error",
             "Buffer I/O error",
@@ -541,6 +560,81 @@ fn guest_random_read_write_verify() {
         // do_verify reads back every written block after the write phase.
         assert!(w > 500.0 && r >= w, "{name}: {w} writes, {r} reads");
     }
+}
+
+/// (a') Device errors under a real guest (`[[device.emulated.faults]]`): failed reads,
+/// short reads and a stalled read during fio's verify pass reach fio as I/O errors, one
+/// per injected fault, and never as data that verifies wrong.
+#[test]
+fn guest_sees_injected_device_errors_as_errors_never_as_bad_data() {
+    let Some(image) = image() else { return };
+    let _l = lock();
+    let mut ctx = Ctx::new("faults");
+    let device = r#"kind = "emulated"
+[device.emulated]
+rbps = 2000000000
+rseqiops = 200000
+rrandiops = 200000
+wbps = 1000000000
+wseqiops = 100000
+wrandiops = 100000
+[[device.emulated.faults]]
+op = "read"
+error = "eio"
+every = 500
+count = 3
+[[device.emulated.faults]]
+op = "read"
+error = "short"
+every = 700
+count = 3
+[[device.emulated.faults]]
+op = "read"
+error = "stall"
+stall = "500ms"
+every = 900
+count = 1
+[control]
+socket = "control.sock"
+"#;
+    let d = DaemonProcess::start(&guest_config(device, &[("vm", 64, "")]));
+    ctx.watch(&d);
+    // iodepth 1 keeps the guest from merging requests, so each fault fails one fio IO.
+    let spec = GuestSpec::new(fio(&[&[
+        "name=verify-with-faults",
+        "rw=randwrite",
+        "bs=4k",
+        "iodepth=1",
+        "size=16M",
+        "verify=crc32c",
+        "do_verify=1",
+        "verify_fatal=1",
+        "continue_on_error=read",
+    ]]));
+    let g = Guest::start(image, &d.socket("vm"), ctx.console_path("vm"), &spec);
+    let run = g.finish(&d);
+    let (json, _rc) = run.fio_json();
+    if let Some(l) = run.bad_data() {
+        run.fail(&format!("an injected fault became bad data: {l}"));
+    }
+    let j = job(&json, "verify-with-faults");
+    let injected = 7;
+    let errors = j["total_err"].as_u64().unwrap_or_default();
+    eprintln!(
+        "fio: {} writes, {} reads, {errors} errors (first {})",
+        j["write"]["total_ios"], j["read"]["total_ios"], j["first_error"]
+    );
+    assert_eq!(errors, injected, "fio saw each injected fault as one error");
+    assert!(
+        j["read"]["total_ios"].as_u64().unwrap_or_default() >= 4096 - injected,
+        "fio verified the whole file"
+    );
+    assert!(
+        run.console.contains("I/O error"),
+        "the guest kernel logged the errors"
+    );
+    let stats = crate::daemon::control_get(&d, "/v1/stats");
+    assert_eq!(crate::daemon::stats_of(&stats, "vm")["errors"], injected);
 }
 
 /// (b) Two vCPUs and two fio jobs pinned one per CPU: the guest driver uses both

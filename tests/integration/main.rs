@@ -8,6 +8,7 @@ mod daemon;
 mod data_path;
 mod drain;
 mod emulated;
+mod faults;
 mod guest;
 mod hostile;
 mod malformed;
