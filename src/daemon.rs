@@ -58,7 +58,7 @@ impl Daemon {
             );
         }
         let mut servers = Vec::new();
-        for v in &config.volumes {
+        for (i, v) in config.volumes.iter().enumerate() {
             let handle = qos
                 .add_volume(
                     &v.name,
@@ -66,7 +66,9 @@ impl Daemon {
                     v.weight,
                 )
                 .map_err(|e| DaemonError::Qos(format!("volume {}: {e}", v.name)))?;
-            let volume = Arc::new(Volume::new(v, shared.clone(), handle));
+            let mut volume = Volume::new(v, shared.clone(), handle);
+            volume.socket_gid = v.socket_gid(i)?;
+            let volume = Arc::new(volume);
             servers.push(VolumeServer::start(volume)?);
         }
         let planner = spawn_planner(qos.clone(), servers.clone())?;

@@ -59,10 +59,11 @@ fn lock(path: &Path, file: File) -> Result<InstanceLock, String> {
         .map_or_else(
             || "another process".to_string(),
             |pid| {
-                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                    .map(|c| c.trim().to_string())
-                    .unwrap_or_default();
-                format!("process {pid} ({comm})")
+                // Unreadable under the unit's ProtectProc=invisible: the PID alone then.
+                match std::fs::read_to_string(format!("/proc/{pid}/comm")) {
+                    Ok(comm) => format!("process {pid} ({})", comm.trim()),
+                    Err(_) => format!("process {pid}"),
+                }
             },
         );
     Err(format!(

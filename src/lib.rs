@@ -22,6 +22,7 @@ pub mod logging;
 pub mod planner;
 pub mod profile;
 pub mod qos;
+pub mod sd_notify;
 pub mod sim;
 pub mod socket_path;
 pub mod tune;

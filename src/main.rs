@@ -124,12 +124,15 @@ fn run(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
         qos = daemon.qos.enabled(),
         "vhost-iocost running"
     );
+    let status = format!("serving {} volumes", daemon.servers.len());
+    tell_systemd(&format!("READY=1\nSTATUS={status}"));
     let (sig, sender) = daemon::wait_for_signal(&signals);
     tracing::info!(
         signal = sig,
         sender_pid = sender,
         "stopping: completing in-flight I/O"
     );
+    tell_systemd("STOPPING=1\nSTATUS=completing in-flight I/O");
     daemon.stop();
     if let Some(c) = control {
         c.stop();
@@ -138,10 +141,20 @@ fn run(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// Readiness and stopping for a `Type=notify` unit; a failure is logged, never fatal.
+fn tell_systemd(state: &str) {
+    if let Err(e) = vhost_iocost::sd_notify::notify(state) {
+        tracing::warn!("cannot notify systemd ($NOTIFY_SOCKET): {e}");
+    }
+}
+
 fn check(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     let config = Config::load(path)?;
     let (size, block) = HostDisk::probe(&config.device)?;
     config.validate_layout(size, block)?;
+    for (i, v) in config.volumes.iter().enumerate() {
+        v.socket_gid(i)?;
+    }
     // The daemon refuses to start over a state file it cannot read: say so here, where
     // systemd's ExecStartPre can stop a restart loop.
     let state_file = vhost_iocost::control::state::state_path(path);

@@ -48,6 +48,20 @@ pub fn claim(path: &Path, what: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// Gives the socket at `path` permission bits `mode` and group `gid` (each if given).
+/// Called right after binding; until then the umask's bits apply (the systemd unit's
+/// `UMask=0077` lets nobody else connect in between).
+pub fn set_access(path: &Path, mode: Option<u32>, gid: Option<u32>) -> io::Result<()> {
+    if let Some(gid) = gid {
+        std::os::unix::fs::chown(path, None, Some(gid))?;
+    }
+    if let Some(mode) = mode {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    }
+    Ok(())
+}
+
 /// The identity of the socket now at `path` (call right after binding it).
 pub fn id(path: &Path) -> Option<SocketId> {
     let meta = std::fs::symlink_metadata(path).ok()?;

@@ -8,7 +8,8 @@
 //! - [`admission`]: the only interface to the QoS core.
 //! - [`worker`]: a volume's event loop state (pop, admit, submit, complete).
 //! - [`vhost`]: the `VhostUserBackend` implementation for one connection.
-//! - [`server`]: per-volume listener threads, reconnects and graceful shutdown.
+//! - [`server`]: per-volume listener threads, reconnects and graceful shutdown;
+//!   [`handshake`]: the deadline for a new frontend's first message.
 
 pub mod admission;
 pub mod blk_config;
@@ -17,6 +18,7 @@ pub mod chain;
 pub mod disk;
 pub mod engine;
 pub mod guest_memory;
+pub mod handshake;
 pub mod ratelimit;
 pub mod request;
 pub mod server;

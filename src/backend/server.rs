@@ -3,6 +3,7 @@
 //! the same socket accepts the next one while the other volumes keep running.
 
 use super::admission::Admission;
+use super::handshake::HANDSHAKE_TIMEOUT;
 use super::vhost::VolumeBackend;
 use super::volume::{Volume, VolumeCounters};
 use super::worker::Mem;
@@ -41,6 +42,14 @@ impl<A: Admission> VolumeServer<A> {
                 volume.socket.display()
             ))
         })?;
+        crate::socket_path::set_access(&volume.socket, volume.socket_mode, volume.socket_gid)
+            .map_err(|e| {
+                io::Error::other(format!(
+                    "volume {}: socket {}: cannot set its mode or group: {e}",
+                    volume.name,
+                    volume.socket.display()
+                ))
+            })?;
         let server = Arc::new(VolumeServer {
             bound: crate::socket_path::id(&volume.socket),
             volume,
@@ -108,7 +117,10 @@ impl<A: Admission> VolumeServer<A> {
         if self.stopping.load(Ordering::Acquire) {
             shutdown.shutdown();
         }
+        let watchdog = self.watch_handshake(&backend, &shutdown)?;
         let result = daemon.wait();
+        backend.handshake.ended();
+        let _ = watchdog.join();
         self.lock().take();
         // Dropping the daemon stops and joins its worker threads; dropping the backend then
         // waits for any I/O still in the kernel.
@@ -122,6 +134,27 @@ impl<A: Admission> VolumeServer<A> {
             )) => Ok(()),
             other => other.map_err(daemon_error),
         }
+    }
+
+    /// Cuts the connection off if the frontend does not start the handshake in time.
+    fn watch_handshake(
+        &self,
+        backend: &VolumeBackend<A>,
+        shutdown: &ShutdownHandle,
+    ) -> io::Result<std::thread::JoinHandle<()>> {
+        let (handshake, shutdown) = (backend.handshake.clone(), shutdown.clone());
+        let name = self.volume.name.clone();
+        std::thread::Builder::new()
+            .name(format!("vol-{name}-hs"))
+            .spawn(move || {
+                if !handshake.wait(HANDSHAKE_TIMEOUT) {
+                    tracing::warn!(
+                        volume = %name,
+                        "frontend sent no GET_FEATURES within {HANDSHAKE_TIMEOUT:?} of connecting: disconnected"
+                    );
+                    shutdown.shutdown();
+                }
+            })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Connection<A>>> {

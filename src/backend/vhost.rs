@@ -43,6 +43,8 @@ pub struct VolumeBackend<A: Admission> {
     wake: Arc<vmm_sys_util::eventfd::EventFd>,
     mem: RwLock<GuestMemoryAtomic<Mem>>,
     tokens: Tokens,
+    /// This connection's first message ([`super::handshake`]).
+    pub handshake: Arc<super::handshake::Handshake>,
     /// Refused memory tables are logged at most once a second.
     refused: Mutex<super::ratelimit::RateLimiter>,
     /// The accepted memory table's regions, guarded against SIGBUS
@@ -59,6 +61,7 @@ impl<A: Admission> VolumeBackend<A> {
             wake: worker.wake_evt.clone(),
             worker: Mutex::new(worker),
             tokens: Tokens::for_queues(volume.num_queues),
+            handshake: Arc::default(),
             mem: RwLock::new(GuestMemoryAtomic::new(Mem::new())),
             refused: Mutex::new(super::ratelimit::RateLimiter::new(
                 std::time::Duration::from_secs(1),
@@ -135,6 +138,7 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
     }
 
     fn features(&self) -> u64 {
+        self.handshake.greeted();
         blk_config::features(self.volume.limits.read_only)
     }
 

@@ -53,6 +53,10 @@ impl VolumeCounters {
 pub struct Volume<A: Admission> {
     pub name: String,
     pub socket: PathBuf,
+    /// Permission bits and group given to the socket once bound (`socket_mode`,
+    /// `socket_group`; `None` leaves what the umask and the daemon's group give).
+    pub socket_mode: Option<u32>,
+    pub socket_gid: Option<u32>,
     /// First byte of this volume on the host disk.
     pub host_offset: u64,
     pub limits: Limits,
@@ -71,6 +75,8 @@ impl<A: Admission> Volume<A> {
         Volume {
             name: cfg.name.clone(),
             socket: cfg.socket.clone(),
+            socket_mode: cfg.socket_mode.map(|m| m.0),
+            socket_gid: None,
             host_offset: cfg.offset.0,
             limits: Limits {
                 capacity: cfg.size.0,

@@ -7,8 +7,10 @@
 //! the host disk's size and logical block size are known.
 
 mod size;
+mod socket_access;
 
 pub use size::ByteSize;
+pub use socket_access::{group_id, FileMode};
 
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
@@ -144,6 +146,12 @@ pub struct VolumeConfig {
     pub name: String,
     /// The vhost-user socket this volume listens on.
     pub socket: PathBuf,
+    /// Permission bits of the socket (default: as the daemon's umask leaves them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket_mode: Option<FileMode>,
+    /// Group owning the socket, a name or a number (default: the daemon's group).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket_group: Option<String>,
     /// First byte of the host disk owned by this volume.
     #[serde(default)]
     pub offset: ByteSize,
@@ -185,6 +193,14 @@ impl VolumeConfig {
     pub fn serial_bytes(&self) -> Vec<u8> {
         let s = self.serial.as_deref().unwrap_or(&self.name).as_bytes();
         s[..s.len().min(SERIAL_MAX_BYTES)].to_vec()
+    }
+
+    /// The numeric group of `socket_group`, looked up in the system's group database.
+    pub fn socket_gid(&self, index: usize) -> Result<Option<u32>, ConfigError> {
+        self.socket_group
+            .as_deref()
+            .map(|g| group_id(g).map_err(|e| invalid(self.key(index, "socket_group"), e)))
+            .transpose()
     }
 
     fn key(&self, index: usize, field: &str) -> String {

@@ -270,3 +270,45 @@ fn a_frontend_shrinking_its_memory_does_not_take_the_daemon_down() {
     drop(f);
     both_volumes_serve(&d);
 }
+
+/// A client that connects and says nothing, or half a message header, would keep the
+/// volume from its real frontend: after the handshake deadline the daemon hangs up.
+#[test]
+fn a_frontend_that_never_starts_the_handshake_is_disconnected() {
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+    let volumes = volume("a", 0, 16, "") + &volume("b", 16, 16, "") + &volume("c", 32, 16, "");
+    let d = DaemonProcess::start(&config("", &volumes));
+    let started = std::time::Instant::now();
+    let silent = UnixStream::connect(d.socket("a")).unwrap();
+    let mut half = UnixStream::connect(d.socket("b")).unwrap();
+    // GET_FEATURES' request code, and nothing of the rest of the header.
+    half.write_all(&1u32.to_le_bytes()).unwrap();
+    // Meanwhile the third volume serves as usual.
+    let mut c = crate::client::Client::connect(&d.socket("c"), 1, 4096);
+    let read = crate::client::Op::Read {
+        off: 0,
+        len: 4096,
+        buf: 0,
+    };
+    assert_eq!(c.run(read), 0);
+    for mut stream in [silent, half] {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let n = stream.read(&mut [0u8; 16]).expect("the daemon hangs up");
+        assert_eq!(n, 0, "end of file, not a reply");
+    }
+    let waited = started.elapsed();
+    assert!(
+        (Duration::from_millis(4_900)..Duration::from_secs(20)).contains(&waited),
+        "hung up after {waited:?} (deadline 5 s)"
+    );
+    assert!(d.wait_for_log("sent no GET_FEATURES"));
+    // Both volumes take their next frontend.
+    for name in ["a", "b"] {
+        let mut f = crate::client::Client::connect(&d.socket(name), 1, 4096);
+        assert_eq!(f.run(read), 0, "volume {name}");
+    }
+    assert_eq!(c.run(read), 0);
+}
