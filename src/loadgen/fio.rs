@@ -216,6 +216,9 @@ pub fn parse_json(text: &str, tenants: &[TenantSpec]) -> Result<Vec<TenantResult
                 lat_p999_us: pct("99.900000"),
                 start_s: t.delay.as_secs_f64(),
                 per_second: Vec::new(),
+                // fio's own verify failures count as errors.
+                mismatches: 0,
+                first_mismatch: None,
             }
         })
         .collect())

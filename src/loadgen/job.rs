@@ -101,9 +101,10 @@ fn pairs(
                 ))
             }
             toml::Value::Integer(i) if *i >= 0 => i.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
             other => {
                 return Err(format!(
-                    "{what}: {key}: expected a string or a non-negative integer, got `{other}`"
+                    "{what}: {key}: expected a string, a non-negative integer or a boolean, got `{other}`"
                 ))
             }
         };
@@ -303,7 +304,7 @@ delay = "2s"
         assert!(e.contains("runtime: give a duration string"), "{e}");
         let e = err("[[tenant]]\nsocket = \"a\"\niodepth = -1\n");
         assert!(
-            e.contains("iodepth: expected a string or a non-negative integer"),
+            e.contains("iodepth: expected a string, a non-negative integer or a boolean"),
             "{e}"
         );
         let e = err("[[tenant]]\nsocket = \"a\"\niodepth = 2\nqueues = 4\n");

@@ -9,6 +9,7 @@ pub mod plot;
 mod progress;
 mod runner;
 mod spec;
+mod verify;
 
 pub use cli::{run as cli, BenchArgs};
 pub use job::{build_tenants, JobFile};

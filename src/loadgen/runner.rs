@@ -3,6 +3,7 @@
 
 use super::progress::{self, Live, ProgressMode};
 use super::spec::{Pattern, TenantSpec};
+use super::verify::Verifier;
 use crate::sim::rng::Rng;
 use blkio::{Blkio, Blkioq, Completion, MemoryRegion, ReqFlags};
 use hdrhistogram::Histogram;
@@ -23,6 +24,11 @@ pub struct TenantResult {
     /// drain included: what the volume really served (compare with the daemon's counters).
     pub completed: u64,
     pub errors: u64,
+    /// `verify`: reads whose data was not what the tenant last wrote there.
+    pub mismatches: u64,
+    /// `verify`: the first mismatch, described.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_mismatch: Option<String>,
     pub seconds: f64,
     pub iops: f64,
     pub mib_per_s: f64,
@@ -288,27 +294,50 @@ fn drive(
     }
     let base = conn.region.addr as *mut u8;
     let blocks = conn.blocks;
-    let mut rng = Rng::new(t.socket.len() as u64 ^ (t.bs << 7));
+    let seed = t.socket.len() as u64 ^ (t.bs << 7);
+    let mut rng = Rng::new(seed);
+    let mut verifier = t
+        .verify
+        .then(|| Verifier::new(seed ^ t.name.len() as u64, blocks, t.iodepth))
+        .transpose()
+        .map_err(|e| format!("tenant {}: {e}", t.name))?;
+    // SAFETY: slot < iodepth, so the buffer lies inside the mapped region, which no
+    // request in flight uses while the caller holds the slice (the slot is idle).
+    let slot_buf = |slot: usize| unsafe {
+        std::slice::from_raw_parts_mut(base.add(slot * t.bs as usize), t.bs as usize)
+    };
+    // Per slot: the block of its request, whether a read, and (verify) the generation.
+    let mut slot_io = vec![(0u64, false, 0u32); t.iodepth];
     let mut next_seq = 0u64;
-    let mut submit = |q: &mut Blkioq, slot: usize, rng: &mut Rng| {
-        let block = if t.rw.is_random() {
+    let mut slot_seq = vec![0u64; t.iodepth];
+    let mut submit = |q: &mut Blkioq, slot: usize, rng: &mut Rng, verifier: Option<&Verifier>| {
+        let n = if t.rw.is_random() {
             rng.below(blocks)
+        } else if verifier.is_some() {
+            slot_seq[slot] += 1;
+            slot_seq[slot]
         } else {
             next_seq = (next_seq + 1) % blocks;
             next_seq
         };
+        let block = verifier.map_or(n, |v| v.block(slot, n));
         let is_read = match t.rw {
             Pattern::RandRead | Pattern::Read => true,
             Pattern::RandWrite | Pattern::Write => false,
             Pattern::RandRw => rng.below(100) < u64::from(t.read_pct),
         };
-        // SAFETY: slot < iodepth, so the buffer lies inside the mapped region.
-        let buf = unsafe { base.add(slot * t.bs as usize) };
+        let buf = slot_buf(slot);
+        let generation = match verifier {
+            Some(v) if !is_read => v.fill(block, buf),
+            _ => 0,
+        };
+        let buf = buf.as_mut_ptr();
         if is_read {
             q.read(block * t.bs, buf, t.bs as usize, slot, ReqFlags::empty());
         } else {
             q.write(block * t.bs, buf, t.bs as usize, slot, ReqFlags::empty());
         }
+        (block, is_read, generation)
     };
 
     let t0 = Instant::now();
@@ -350,7 +379,12 @@ fn drive(
                 // Requests go to the queues round-robin.
                 slot_queue[slot] = next_queue;
                 queue_in_flight[next_queue] += 1;
-                submit(&mut conn.queues[next_queue], slot, &mut rng);
+                slot_io[slot] = submit(
+                    &mut conn.queues[next_queue],
+                    slot,
+                    &mut rng,
+                    verifier.as_ref(),
+                );
                 next_queue = (next_queue + 1) % nq;
                 in_flight += 1;
                 if let Some(i) = interval {
@@ -388,6 +422,14 @@ fn drive(
             queue_in_flight[slot_queue[slot]] -= 1;
             idle.push(slot);
             let lat_us = (done_at - issued_at[slot]).as_micros().max(1) as u64;
+            if let Some(v) = verifier.as_mut() {
+                let (block, is_read, generation) = slot_io[slot];
+                if !is_read {
+                    v.write_done(block, generation, ret == 0);
+                } else if ret == 0 {
+                    v.check(block, slot_buf(slot));
+                }
+            }
             if ret != 0 {
                 errors += 1;
                 continue;
@@ -421,6 +463,8 @@ fn drive(
         bytes: ios * t.bs,
         completed,
         errors,
+        mismatches: verifier.as_ref().map_or(0, |v| v.mismatches),
+        first_mismatch: verifier.and_then(|v| v.first_mismatch),
         seconds: seconds_measured,
         iops: ios as f64 / seconds_measured,
         mib_per_s: (ios * t.bs) as f64 / seconds_measured / f64::from(1 << 20),
@@ -438,13 +482,23 @@ pub fn format_table(tenants: &[TenantSpec], results: &[TenantResult]) -> String 
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<12} {:<10} {:>6} {:>4} {:>10} {:>9} {:>9} {:>9} {:>9} {:>6}",
-        "tenant", "rw", "bs", "qd", "IOPS", "MiB/s", "p50(us)", "p99(us)", "p99.9", "errors"
+        "{:<12} {:<10} {:>6} {:>4} {:>10} {:>9} {:>9} {:>9} {:>9} {:>6} {:>8}",
+        "tenant",
+        "rw",
+        "bs",
+        "qd",
+        "IOPS",
+        "MiB/s",
+        "p50(us)",
+        "p99(us)",
+        "p99.9",
+        "errors",
+        "mismatch"
     );
     for (t, r) in tenants.iter().zip(results) {
         let _ = writeln!(
             out,
-            "{:<12} {:<10} {:>6} {:>4} {:>10.0} {:>9.1} {:>9.0} {:>9.0} {:>9.0} {:>6}",
+            "{:<12} {:<10} {:>6} {:>4} {:>10.0} {:>9.1} {:>9.0} {:>9.0} {:>9.0} {:>6} {:>8}",
             r.name,
             format!("{:?}", t.rw).to_lowercase(),
             crate::config::ByteSize(t.bs).to_string(),
@@ -454,7 +508,12 @@ pub fn format_table(tenants: &[TenantSpec], results: &[TenantResult]) -> String 
             r.lat_p50_us,
             r.lat_p99_us,
             r.lat_p999_us,
-            r.errors
+            r.errors,
+            if t.verify {
+                r.mismatches.to_string()
+            } else {
+                "-".into()
+            }
         );
     }
     out

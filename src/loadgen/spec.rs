@@ -69,6 +69,8 @@ pub struct TenantSpec {
     pub delay: Duration,
     /// vhost-user queues the tenant uses; requests go to them round-robin.
     pub queues: usize,
+    /// Check every read of a block this tenant wrote against its last write.
+    pub verify: bool,
 }
 
 impl Default for TenantSpec {
@@ -85,6 +87,7 @@ impl Default for TenantSpec {
             ramp: Duration::from_secs(0),
             delay: Duration::from_secs(0),
             queues: 1,
+            verify: false,
         }
     }
 }
@@ -109,6 +112,7 @@ pub const TENANT_KEYS: &[&str] = &[
     "ramp",
     "delay",
     "queues",
+    "verify",
 ];
 
 impl TenantSpec {
@@ -150,6 +154,13 @@ impl TenantSpec {
             "ramp" => t.ramp = parse_duration(value).map_err(|e| format!("ramp: {e}"))?,
             "delay" => t.delay = parse_duration(value).map_err(|e| format!("delay: {e}"))?,
             "queues" => t.queues = num(value)?.min(1 << 16) as usize,
+            "verify" => {
+                t.verify = match value {
+                    "true" | "1" => true,
+                    "false" | "0" => false,
+                    _ => return Err(format!("verify: `{value}` is not true or false")),
+                }
+            }
             other => {
                 return Err(format!(
                     "unknown tenant key `{other}` (keys: {})",
