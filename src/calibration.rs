@@ -29,13 +29,14 @@
 //! An emulated device (`kind = "emulated"`) is measured the same way, through its model in
 //! virtual time: calibration sees exactly what the data path will see.
 
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::config::{DeviceConfig, DeviceKind};
 use crate::cost_model::ModelConfig;
+use crate::profile::allocation::check_allocated;
 use crate::profile::plan::WRITE_ESTIMATE;
 use crate::profile::simulated::SimTarget;
 use crate::profile::uring::UringTarget;
@@ -50,8 +51,6 @@ pub const CALIBRATION_JOB: Duration = Duration::from_millis(500);
 pub const CALIBRATION_SEQ_DEPTH: u32 = 8;
 /// The percentile of the default read target.
 pub const TARGET_PERCENTILE: f64 = 90.0;
-/// Regular files with less of their range allocated are not measured.
-const MIN_ALLOCATED: f64 = 0.9;
 
 /// A measured device, as the state file keeps it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -152,60 +151,14 @@ fn file_target(cfg: &DeviceConfig, size: u64) -> Result<UringTarget, String> {
     let file = opts
         .open(path)
         .map_err(|e| format!("{}: {e}", path.display()))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    if !meta.file_type().is_block_device() {
-        let allocated = allocated_bytes(&file, size);
-        let share = allocated as f64 / size.max(1) as f64;
-        if share < MIN_ALLOCATED {
-            return Err(format!(
-                "{} is only {:.0} % allocated: its holes read as zeroes without touching \
-                 the disk, so reading it would not measure the disk",
-                path.display(),
-                share * 100.0
-            ));
-        }
-    }
+    check_allocated(&file, size, path)?;
     Ok(UringTarget::new(file, size))
-}
-
-/// Bytes of `file`'s first `size` bytes that hold data (SEEK_DATA / SEEK_HOLE); the whole
-/// size where the file system cannot tell.
-pub fn allocated_bytes(file: &std::fs::File, size: u64) -> u64 {
-    use std::os::unix::io::AsRawFd;
-    let fd = file.as_raw_fd();
-    let (mut at, mut total) = (0i64, 0u64);
-    let end = i64::try_from(size).unwrap_or(i64::MAX);
-    while at < end {
-        // SAFETY: lseek on an open fd; no memory is passed.
-        let data = unsafe { libc::lseek(fd, at, libc::SEEK_DATA) };
-        if data < 0 {
-            let err = std::io::Error::last_os_error().raw_os_error();
-            // ENXIO: no data after `at`. Anything else: the file system cannot say.
-            return if err == Some(libc::ENXIO) {
-                total
-            } else {
-                size
-            };
-        }
-        if data >= end {
-            break;
-        }
-        // SAFETY: as above.
-        let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
-        let hole = if hole < 0 { end } else { hole.min(end) };
-        total += (hole - data) as u64;
-        at = hole;
-    }
-    total
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::emulated::EmulatedConfig;
-    use std::io::Write;
 
     /// The README's example device: 400k random reads per second on 8 channels.
     fn emulated_device() -> DeviceConfig {
@@ -257,18 +210,13 @@ mod tests {
         assert_eq!(c.qos_defaults(&own).rlat, Some(DurationUs(7)));
     }
 
-    /// A sparse file is not measured (its holes would be), a filled one is counted whole.
+    /// A sparse file is not measured: its holes would be.
     #[test]
-    fn a_sparse_file_is_refused_and_its_allocation_counted() {
+    fn a_sparse_file_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sparse.img");
-        let mut f = std::fs::File::create(&path).unwrap();
+        let f = std::fs::File::create(&path).unwrap();
         f.set_len(16 << 20).unwrap();
-        assert!(allocated_bytes(&f, 16 << 20) < 1 << 20);
-        f.write_all(&vec![1u8; 1 << 20]).unwrap();
-        f.sync_all().unwrap();
-        let allocated = allocated_bytes(&f, 16 << 20);
-        assert!((1 << 20..4 << 20).contains(&allocated), "{allocated}");
         let cfg: DeviceConfig = toml::from_str(&format!(
             "path = {:?}\ndirect = false",
             path.display().to_string()

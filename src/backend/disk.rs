@@ -236,7 +236,10 @@ mod tests {
         // Allocated but never written: it reads as zeroes without touching the disk, so
         // calibration must not take it for data.
         let file = File::open(&full).unwrap();
-        assert_eq!(crate::calibration::allocated_bytes(&file, 8 << 20), 0);
+        assert_eq!(
+            crate::profile::allocation::allocated_bytes(&file, 8 << 20),
+            0
+        );
 
         let sparse = dir.path().join("sparse.img");
         create_if_missing(&device(&sparse, false)).unwrap();

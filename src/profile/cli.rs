@@ -1,13 +1,14 @@
 //! `vhost-iocost profile`: measure a disk or file and print `[device.model]` and
 //! `[device.qos]` tables for the config.
 
+use super::allocation::{check_allocated, create_filled, fill};
 use super::plan::{profile, Plan};
 use super::uring::UringTarget;
 use crate::config::ByteSize;
 use std::fs::OpenOptions;
 use std::io::{Seek, SeekFrom, Write};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Measure a disk (or a file) and derive its cost model and suggested QoS targets.
 ///
@@ -71,7 +72,7 @@ pub fn run(args: &ProfileArgs) -> Result<(), Box<dyn std::error::Error>> {
             path.display(),
             ByteSize(size)
         );
-        fill_new_file(path, size).map_err(|e| format!("{}: cannot create: {e}", path.display()))?;
+        create_filled(path, size).map_err(|e| format!("{}: cannot create: {e}", path.display()))?;
     }
     let result = measure(args, created);
     if created {
@@ -102,6 +103,21 @@ fn measure(args: &ProfileArgs, created: bool) -> Result<(), Box<dyn std::error::
             ByteSize(size)
         )
         .into());
+    }
+    if let Err(why) = check_allocated(&file, size, path) {
+        if !writes {
+            return Err(format!(
+                "{why}. Pass --destructive to fill it first (overwrites its data), or a \
+                 --size that covers only written data"
+            )
+            .into());
+        }
+        eprintln!(
+            "{why}; --destructive: filling the first {} with data before measuring",
+            ByteSize(size)
+        );
+        let buffered = OpenOptions::new().write(true).open(path)?;
+        fill(&buffered, size).map_err(|e| format!("{}: cannot fill: {e}", path.display()))?;
     }
     if !writes {
         eprintln!(
@@ -154,19 +170,6 @@ fn measure(args: &ProfileArgs, created: bool) -> Result<(), Box<dyn std::error::
         eprintln!("wrote {}", out.display());
     }
     Ok(())
-}
-
-/// Writes `size` bytes of non-zero data, so reads hit allocated blocks rather than holes.
-pub(crate) fn fill_new_file(path: &Path, size: u64) -> std::io::Result<()> {
-    let mut f = OpenOptions::new().write(true).create_new(true).open(path)?;
-    let chunk: Vec<u8> = (0..1 << 20).map(|i: u32| (i * 131 + 17) as u8).collect();
-    let mut left = size;
-    while left > 0 {
-        let n = left.min(chunk.len() as u64) as usize;
-        f.write_all(&chunk[..n])?;
-        left -= n as u64;
-    }
-    f.sync_all()
 }
 
 /// Whether the disk holding the data spins (from sysfs; false when unknown).

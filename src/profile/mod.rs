@@ -19,6 +19,7 @@
 //! ([`simulated::SimTarget`]), which lets a test check that profiling recovers known
 //! coefficients.
 
+pub mod allocation;
 pub mod plan;
 pub mod simulated;
 pub mod uring;

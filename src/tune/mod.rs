@@ -84,7 +84,7 @@ pub fn run(args: &TuneArgs) -> Result<(), Box<dyn std::error::Error>> {
             args.path.display(),
             args.size
         );
-        crate::profile::cli::fill_new_file(&args.path, args.size.0)
+        crate::profile::allocation::create_filled(&args.path, args.size.0)
             .map_err(|e| format!("{}: cannot create: {e}", args.path.display()))?;
     }
     let work = tempdir()?;

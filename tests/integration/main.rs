@@ -13,5 +13,6 @@ mod guest;
 mod hostile;
 mod malformed;
 mod operations;
+mod profile;
 mod qos;
 mod raw_frontend;
