@@ -14,11 +14,10 @@
 //! Writes cannot be measured without writing, so the write coefficients are *estimates*:
 //! half the read ones ([`WRITE_ESTIMATE`]), the ratio of the kernel's ordinary-SSD and
 //! fast-SSD presets rounded down, and stated as estimates wherever the model is shown.
-//! The default targets are `profile`'s rule at p90 ([`crate::profile::suggest_qos`]):
-//! reads must complete within 1.5 × the p90 latency measured at 90 % load in 90 % of
-//! cases. Writes give no latency signal by default (`wpct = 0`): a large or deep write's
-//! latency measures its own queue, not the device's health, and reads are what latency-
-//! sensitive guests wait for. Give `wpct`/`wlat` to change that.
+//! The default targets are the ones `profile` suggests ([`crate::profile::suggest`], where
+//! the rule is explained): reads must complete within 1.5 × the p90 latency measured at
+//! 90 % load (p50 on a spinning disk) in 90 % of cases, and writes give no latency signal.
+//! Give `wpct`/`wlat` to change that.
 //!
 //! The result is kept in the state file (`"calibrated"`), with the device's path and
 //! size, and reused at the next start of the same device; delete the entry (or the state
@@ -39,6 +38,7 @@ use crate::cost_model::ModelConfig;
 use crate::profile::allocation::check_allocated;
 use crate::profile::plan::WRITE_ESTIMATE;
 use crate::profile::simulated::SimTarget;
+use crate::profile::suggest::{default_percentile, is_rotational, without_write_signal};
 use crate::profile::uring::UringTarget;
 use crate::profile::{profile, suggest_qos, Plan, Profile, Target};
 use crate::qos::{DurationUs, QosConfig};
@@ -49,8 +49,6 @@ pub const CALIBRATION_JOB: Duration = Duration::from_millis(500);
 /// serves each request on one of its channels (the emulated one does) is saturated up to
 /// 8 channels within the short run.
 pub const CALIBRATION_SEQ_DEPTH: u32 = 8;
-/// The percentile of the default read target.
-pub const TARGET_PERCENTILE: f64 = 90.0;
 
 /// A measured device, as the state file keeps it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -71,8 +69,8 @@ pub struct Calibration {
 }
 
 impl Calibration {
-    fn from_profile(device: String, size: u64, p: &Profile) -> Self {
-        let (rpct, rlat_us, _, _) = suggest_qos(p, TARGET_PERCENTILE);
+    fn from_profile(device: String, size: u64, p: &Profile, rotational: bool) -> Self {
+        let q = suggest_qos(p, default_percentile(rotational));
         Calibration {
             device,
             size,
@@ -80,8 +78,8 @@ impl Calibration {
             writes: format!(
                 "estimated: {WRITE_ESTIMATE} x the measured reads (calibration never writes)"
             ),
-            rpct,
-            rlat: DurationUs(rlat_us),
+            rpct: q.rpct,
+            rlat: q.rlat.unwrap_or(DurationUs(1)),
             read_latency_us: p.read_latency_us,
         }
     }
@@ -100,10 +98,7 @@ impl Calibration {
             q.rlat = Some(self.rlat);
         }
         if q.wlat.is_none() {
-            // No write signal; the write target still sets the period, so it follows
-            // the read one rather than the model's preset.
-            q.wpct = 0.0;
-            q.wlat = q.rlat;
+            without_write_signal(&mut q);
         }
         q
     }
@@ -127,21 +122,24 @@ pub fn measure(cfg: &DeviceConfig, size: u64) -> Result<Calibration, String> {
         seq_depth: CALIBRATION_SEQ_DEPTH,
         ..Plan::quick(false)
     };
-    let mut target: Box<dyn Target> = match &cfg.emulated {
-        Some(e) => Box::new(SimTarget::from_disk(e.disk(), size)),
-        None => Box::new(file_target(cfg, size)?),
+    let (mut target, rotational): (Box<dyn Target>, bool) = match &cfg.emulated {
+        Some(e) => (Box::new(SimTarget::from_disk(e.disk(), size)), false),
+        None => {
+            let (target, rotational) = file_target(cfg, size)?;
+            (Box::new(target), rotational)
+        }
     };
     let p = profile(target.as_mut(), &plan, &mut |_, _| {})
         .map_err(|e| format!("measuring {name}: {e}"))?;
     if p.model.rbps == 0 || p.model.rseqiops == 0 || p.model.rrandiops == 0 {
         return Err(format!("measuring {name}: no read completed"));
     }
-    Ok(Calibration::from_profile(name, size, &p))
+    Ok(Calibration::from_profile(name, size, &p, rotational))
 }
 
 /// The device opened read-only with O_DIRECT, after checking that a regular file is
-/// allocated (holes would be measured instead of the disk).
-fn file_target(cfg: &DeviceConfig, size: u64) -> Result<UringTarget, String> {
+/// allocated (holes would be measured instead of the disk), and whether it spins.
+fn file_target(cfg: &DeviceConfig, size: u64) -> Result<(UringTarget, bool), String> {
     let path = cfg.path.as_ref().ok_or("no device path")?;
     let mut opts = std::fs::OpenOptions::new();
     opts.read(true);
@@ -152,7 +150,8 @@ fn file_target(cfg: &DeviceConfig, size: u64) -> Result<UringTarget, String> {
         .open(path)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     check_allocated(&file, size, path)?;
-    Ok(UringTarget::new(file, size))
+    let rotational = file.metadata().is_ok_and(|m| is_rotational(&m));
+    Ok((UringTarget::new(file, size), rotational))
 }
 
 #[cfg(test)]

@@ -3,11 +3,12 @@
 
 use super::allocation::{check_allocated, create_filled, fill};
 use super::plan::{profile, Plan};
+use super::suggest::{default_percentile, is_rotational};
 use super::uring::UringTarget;
 use crate::config::ByteSize;
 use std::fs::OpenOptions;
 use std::io::{Seek, SeekFrom, Write};
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
 /// Measure a disk (or a file) and derive its cost model and suggested QoS targets.
@@ -37,8 +38,9 @@ pub struct ProfileArgs {
     /// coefficients of an existing PATH are measured.
     #[arg(long)]
     destructive: bool,
-    /// Latency percentile of the suggested targets: 50, 90, 95 or 99 (default 95, or 50
-    /// on a disk sysfs calls rotational). Higher percentiles react to queueing sooner.
+    /// Latency percentile of the suggested read target: 50, 90, 95 or 99 (default 90, or
+    /// 50 on a disk sysfs calls rotational, as the daemon's calibrated defaults). Higher
+    /// percentiles react to queueing sooner.
     #[arg(long, value_parser = parse_percentile)]
     percentile: Option<f64>,
     /// Also write the tables to this file.
@@ -91,7 +93,6 @@ fn measure(args: &ProfileArgs, created: bool) -> Result<(), Box<dyn std::error::
         .open(path)
         .map_err(|e| format!("{}: cannot open with O_DIRECT: {e}", path.display()))?;
     let meta = file.metadata()?;
-    let is_block = meta.file_type().is_block_device();
     let available = (&file).seek(SeekFrom::End(0))?;
     let size = args
         .size
@@ -150,10 +151,9 @@ fn measure(args: &ProfileArgs, created: bool) -> Result<(), Box<dyn std::error::
     };
     let p = profile(&mut target, &plan, &mut report)?;
     eprintln!();
-    let rotational = is_rotational(meta.rdev(), meta.dev(), is_block);
     let percentile = args
         .percentile
-        .unwrap_or(if rotational { 50.0 } else { 95.0 });
+        .unwrap_or_else(|| default_percentile(is_rotational(&meta)));
     let header = format!(
         "vhost-iocost profile of {} ({} used, {:?} per job{})\nread latency p50/p90/p95/p99 at 90% load: {:?} us{}",
         path.display(),
@@ -170,17 +170,4 @@ fn measure(args: &ProfileArgs, created: bool) -> Result<(), Box<dyn std::error::
         eprintln!("wrote {}", out.display());
     }
     Ok(())
-}
-
-/// Whether the disk holding the data spins (from sysfs; false when unknown).
-fn is_rotational(rdev: u64, dev: u64, is_block: bool) -> bool {
-    let id = if is_block { rdev } else { dev };
-    let (major, minor) = (libc::major(id), libc::minor(id));
-    [
-        format!("/sys/dev/block/{major}:{minor}/queue/rotational"),
-        format!("/sys/dev/block/{major}:{minor}/../queue/rotational"),
-    ]
-    .iter()
-    .find_map(|p| std::fs::read_to_string(p).ok())
-    .is_some_and(|s| s.trim() == "1")
 }

@@ -10,9 +10,9 @@
 //! | `rseqiops` / `wseqiops` | sequential 4 KiB reads / writes at a high queue depth |
 //! | `rrandiops` / `wrandiops` | random 4 KiB reads / writes at a high queue depth |
 //!
-//! The QoS suggestion is resctl-demo's "very rough" heuristic: run random 4 KiB reads (and
-//! writes) paced at 90 % of the measured random IOPS, take the latency at the target
-//! percentile and multiply it by 1.5; vrate bounds 60–100 %.
+//! Latency is measured with random 4 KiB reads (and writes) paced at 90 % of the measured
+//! random IOPS; [`suggest`] turns it into the `[device.qos]` the daemon's calibrated
+//! defaults also use.
 //!
 //! The workloads run against a [`Target`]: a real file or block device through io_uring and
 //! O_DIRECT ([`uring::UringTarget`]), or the simulator's disk model in virtual time
@@ -22,9 +22,11 @@
 pub mod allocation;
 pub mod plan;
 pub mod simulated;
+pub mod suggest;
 pub mod uring;
 
-pub use plan::{profile, suggest_qos, Job, JobResult, Pattern, Plan, Profile};
+pub use plan::{profile, Job, JobResult, Pattern, Plan, Profile};
+pub use suggest::suggest_qos;
 
 /// Something the profiler can run workloads on.
 pub trait Target {

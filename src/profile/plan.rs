@@ -1,7 +1,9 @@
 //! The profiling jobs, and how their results become model coefficients and QoS targets.
 
+use super::suggest::{measured_write_target, suggest_qos, LATENCY_MARGIN};
 use super::Target;
 use crate::cost_model::LinearParams;
+use crate::qos::DurationUs;
 use hdrhistogram::Histogram;
 use std::time::Duration;
 
@@ -187,25 +189,6 @@ pub const WRITE_ESTIMATE: f64 = 0.5;
 /// The percentiles a profile measures latency at; a suggestion uses one of them.
 pub const PERCENTILES: [f64; 4] = [50.0, 90.0, 95.0, 99.0];
 
-/// `[device.qos]` suggested from a profile, resctl-demo's rule at `percentile` (one of
-/// [`PERCENTILES`]): the latency at that percentile under 90 % load, times 1.5. Returns
-/// `(rpct, rlat_us, wpct, wlat_us)`; without measured writes `wpct` is 0 (no write
-/// target). The daemon's calibrated defaults use the same rule at p90
-/// (`crate::calibration`).
-pub fn suggest_qos(p: &Profile, percentile: f64) -> (f64, u64, f64, u64) {
-    let index = PERCENTILES
-        .iter()
-        .position(|&q| q == percentile)
-        .unwrap_or(2);
-    let pct = PERCENTILES[index];
-    let lat = |l: [u64; 4]| (l[index] as f64 * 1.5).ceil().max(1.0) as u64;
-    if p.writes_measured() {
-        (pct, lat(p.read_latency_us), pct, lat(p.write_latency_us))
-    } else {
-        (pct, lat(p.read_latency_us), 0.0, 0)
-    }
-}
-
 impl Profile {
     pub fn writes_measured(&self) -> bool {
         self.model.wbps > 0
@@ -228,11 +211,12 @@ impl Profile {
     }
 
     /// The `[device.model]` and `[device.qos]` tables, ready to paste into a config, with
-    /// targets at `percentile` (see [`suggest_qos`]). Every table it prints is one the
-    /// config accepts: unmeasured write coefficients are printed as estimates, marked so.
+    /// targets at `percentile` ([`suggest_qos`]: the daemon's own calibrated defaults).
+    /// Every table it prints is one the config accepts: unmeasured write coefficients are
+    /// printed as estimates, marked so.
     pub fn to_toml(&self, percentile: f64, header: &str) -> String {
         use std::fmt::Write;
-        let (rpct, rlat, wpct, wlat) = suggest_qos(self, percentile);
+        let q = suggest_qos(self, percentile);
         let m = self.model_with_writes();
         let mut out = String::new();
         for line in header.lines() {
@@ -247,26 +231,33 @@ impl Profile {
         } else {
             format!(
                 "   # estimated: {WRITE_ESTIMATE} x the read value (writes not measured; \
-                 --destructive or --scratch measures them)"
+                 --destructive measures them)"
             )
         };
         let _ = writeln!(out, "wbps = {}{estimated}", m.wbps);
         let _ = writeln!(out, "wseqiops = {}{estimated}", m.wseqiops);
         let _ = writeln!(out, "wrandiops = {}{estimated}", m.wrandiops);
+        let rlat = q.rlat.unwrap_or(DurationUs(1));
         let _ = writeln!(out, "\n[device.qos]");
-        let _ = writeln!(out, "rpct = {rpct:.1}");
-        let _ = writeln!(out, "rlat = \"{rlat}us\"");
-        if self.writes_measured() {
-            let _ = writeln!(out, "wpct = {wpct:.1}");
-            let _ = writeln!(out, "wlat = \"{wlat}us\"");
-        } else {
+        let _ = writeln!(
+            out,
+            "# {LATENCY_MARGIN} x the p{} read latency at 90% load; no write latency signal; \
+             vrate free to throttle a writer to 25% (README: Profiling)",
+            q.rpct
+        );
+        let _ = writeln!(out, "rpct = {:.1}", q.rpct);
+        let _ = writeln!(out, "rlat = \"{rlat}\"");
+        if let Some((wpct, wlat)) = measured_write_target(self, percentile) {
             let _ = writeln!(
                 out,
-                "wpct = 0.0   # no write latency target: write latency was not measured"
+                "# to judge writes too: wpct = {wpct:.1} and wlat = \"{}\" (measured)",
+                DurationUs(wlat)
             );
         }
-        let _ = writeln!(out, "min = 60.0");
-        let _ = writeln!(out, "max = 100.0");
+        let _ = writeln!(out, "wpct = {:.1}", q.wpct);
+        let _ = writeln!(out, "wlat = \"{}\"", q.wlat.unwrap_or(rlat));
+        let _ = writeln!(out, "min = {:.1}", q.min);
+        let _ = writeln!(out, "max = {:.1}", q.max);
         out
     }
 }
@@ -335,29 +326,12 @@ mod tests {
         }
     }
 
+    /// The printed tables are ones the config accepts, and the `[device.qos]` it parses
+    /// is exactly [`suggest_qos`]'s, the daemon's calibrated defaults. Without measured
+    /// writes the write coefficients are printed as estimates, marked; with them the
+    /// measured write target is offered as a comment.
     #[test]
-    fn qos_suggestion_follows_the_resctl_heuristic() {
-        let measured = Profile {
-            model: LinearParams {
-                rbps: 1000,
-                rseqiops: 100,
-                rrandiops: 50,
-                wbps: 500,
-                wseqiops: 50,
-                wrandiops: 25,
-            },
-            read_latency_us: [100, 200, 300, 400],
-            write_latency_us: [1000, 2000, 3000, 4000],
-        };
-        assert_eq!(suggest_qos(&measured, 95.0), (95.0, 450, 95.0, 4500));
-        assert_eq!(suggest_qos(&measured, 50.0), (50.0, 150, 50.0, 1500));
-        assert_eq!(suggest_qos(&measured, 90.0), (90.0, 300, 90.0, 3000));
-    }
-
-    /// Without measured writes the tables carry estimated write coefficients (marked) and
-    /// no write target, and the config accepts them as printed.
-    #[test]
-    fn a_read_only_profile_prints_tables_the_config_accepts() {
+    fn the_printed_tables_parse_to_the_suggestion() {
         let reads_only = Profile {
             model: LinearParams {
                 rbps: 1_000_000,
@@ -368,16 +342,31 @@ mod tests {
             read_latency_us: [100, 200, 300, 400],
             write_latency_us: [0; 4],
         };
-        assert_eq!(suggest_qos(&reads_only, 99.0), (99.0, 600, 0.0, 0));
+        let with_writes = Profile {
+            model: LinearParams {
+                wbps: 400_000,
+                wseqiops: 40,
+                wrandiops: 20,
+                ..reads_only.model
+            },
+            write_latency_us: [1000, 2000, 3000, 4000],
+            ..reads_only.clone()
+        };
+        for p in [&reads_only, &with_writes] {
+            let text = p.to_toml(95.0, "x");
+            let config = format!(
+                "[device]\npath = \"x\"\n{text}\n[[volume]]\nname = \"v\"\nsocket = \"v.sock\"\nsize = 4096\n"
+            );
+            let c =
+                crate::config::Config::parse(&config).unwrap_or_else(|e| panic!("{e}\n{config}"));
+            assert_eq!(c.device.qos, suggest_qos(p, 95.0), "{text}");
+            assert_eq!(c.device.model.linear_params(), p.model_with_writes());
+            assert!(text.contains("rlat = \"450us\""), "{text}");
+        }
         let text = reads_only.to_toml(95.0, "x");
         assert!(text.contains("wrandiops = 26   # estimated"), "{text}");
-        assert!(text.contains("rlat = \"450us\""), "{text}");
-        let config = format!(
-            "[device]\npath = \"x\"\n{}\n[[volume]]\nname = \"v\"\nsocket = \"v.sock\"\nsize = 4096\n",
-            text
-        );
-        let c = crate::config::Config::parse(&config).unwrap_or_else(|e| panic!("{e}\n{config}"));
-        assert_eq!(c.device.model.linear_params().wbps, 500_000);
-        assert_eq!(c.device.qos.wpct, 0.0);
+        assert!(!text.contains("to judge writes"), "{text}");
+        let text = with_writes.to_toml(95.0, "x");
+        assert!(text.contains("wpct = 95.0 and wlat = \"4500us\""), "{text}");
     }
 }

@@ -513,18 +513,30 @@ fn stacking_settles_with_the_read_target_met() {
     );
 }
 
-/// Issue #12 item 5 on the emulated slow device, calibrated defaults: an unpaced QD1
-/// reader beside a 1 MiB QD8 writer at equal weights keeps at least 60 % of its solo
-/// IOPS and the writer at least 50 % of its solo bandwidth (both 0.54 / 0.82 with the
-/// kernel's threshold instead of the controller's aim at 40 % of it).
-#[test]
-fn a_qd1_reader_beside_a_large_writer_keeps_most_of_its_solo_iops() {
+/// `profile`'s tables for the emulated slow device: profiled in virtual time, as
+/// calibration does, and printed as an operator would paste them.
+pub(crate) fn profiled_slow_device() -> String {
+    use crate::profile::suggest::DEFAULT_PERCENTILE;
+    use crate::profile::{profile, simulated::SimTarget, Plan};
+    let device: crate::emulated::EmulatedConfig = toml::from_str(concat!(
+        include_str!("../../configs/emulated/slow-ssd.toml"),
+        "channels = 4\nbase_latency = \"50us\"\n"
+    ))
+    .unwrap();
+    let mut target = SimTarget::from_disk(device.disk(), 1 << 30);
+    let p = profile(&mut target, &Plan::quick(true), &mut |_, _| {}).unwrap();
+    p.to_toml(DEFAULT_PERCENTILE, "profile of the emulated slow device")
+}
+
+/// A QD1 reader beside a 1 MiB QD8 writer at equal weights on the emulated slow device
+/// (`truth`: its real costs) run with `tables` (`[device.model]` and `[device.qos]`):
+/// the reader's IOPS and the writer's bandwidth, each as a share of its solo run.
+fn reader_beside_writer(tables: &str, truth: &str) -> (f64, f64) {
     let run = |reader: bool, writer: bool| {
-        let mut s = stacking_scenario("")
-            .split("[[volume]]")
-            .next()
-            .unwrap()
-            .to_string();
+        let mut s = format!(
+            "duration = \"8s\"\nwarmup = \"2s\"\n{tables}\n[disk]\nchannels = 4\nslots = 256\n\
+             base_latency = \"50us\"\n[disk.truth]\n{truth}"
+        );
         s += &volumes(&[("r0", 100), ("w", 100)]);
         if reader {
             s += "[[workload]]\nvolume = \"r0\"\ndepth = 1\nbs = \"4k\"\n";
@@ -538,9 +550,51 @@ fn a_qd1_reader_beside_a_large_writer_keeps_most_of_its_solo_iops() {
     let (from, to) = (2 * SEC, 8 * SEC);
     let r = both.iops("r0", from, to) / reader.iops("r0", from, to);
     let w = both.mbps("w", from, to) / writer.mbps("w", from, to);
+    eprintln!("reader {r:.2} of solo, writer {w:.2} of solo");
+    (r, w)
+}
+
+const SLOW_SSD: &str = include_str!("../../configs/emulated/slow-ssd.toml");
+
+/// Issue #12 item 5 and #18 item 3, on the emulated slow device with the tables `profile`
+/// prints for it (the calibrated defaults: p90 read target, no write signal, vrate
+/// 25–400 %): an unpaced QD1 reader beside a 1 MiB QD8 writer at equal weights keeps at
+/// least 60 % of its solo IOPS and the writer at least 50 % of its solo bandwidth (both
+/// 0.54 / 0.82 with the kernel's threshold instead of the controller's aim at 40 % of
+/// it). Measured: 0.98 / 0.73.
+#[test]
+fn a_qd1_reader_beside_a_large_writer_keeps_most_of_its_solo_iops() {
+    use crate::profile::suggest::{READER_KEEPS, WRITER_KEEPS};
+    let (r, w) = reader_beside_writer(&profiled_slow_device(), SLOW_SSD);
     assert!(
-        r >= 0.6 && w >= 0.5,
-        "reader {r:.2} of solo, writer {w:.2}\n{}",
-        both.report()
+        r >= READER_KEEPS && w >= WRITER_KEEPS,
+        "reader {r:.2} of solo, writer {w:.2}"
+    );
+}
+
+/// Why the suggested floor is 25 % and not 60 %: where writes cost the device 3× what the
+/// model says (as on a disk whose writes hurt reads more than their own cost shows), the
+/// controller must throttle the writer far below the model's speed. With `min = 60` it
+/// cannot, and the reader gets nothing; with 25 it keeps a third of its solo IOPS.
+/// (Measured: 0.37 and 0.00. The latency target, not the floor, limits it further:
+/// `min = 10` gives 0.35.)
+#[test]
+fn a_vrate_floor_of_60_starves_a_reader_where_writes_cost_more_than_modelled() {
+    let costly_writes = SLOW_SSD
+        .replace("wbps = 200000000", "wbps = 66666666")
+        .replace("wseqiops = 10000", "wseqiops = 3333")
+        .replace("wrandiops = 10000", "wrandiops = 3333");
+    assert_ne!(costly_writes, SLOW_SSD);
+    let suggested = profiled_slow_device();
+    let floor_60 = suggested
+        .replace("min = 25.0", "min = 60.0")
+        .replace("max = 400.0", "max = 100.0");
+    assert_ne!(floor_60, suggested);
+    let (r25, _) = reader_beside_writer(&suggested, &costly_writes);
+    let (r60, w60) = reader_beside_writer(&floor_60, &costly_writes);
+    assert!(r25 >= 0.30, "min = 25: reader {r25:.2} of solo");
+    assert!(
+        r60 < 0.10 && w60 > 0.9,
+        "min = 60: reader {r60:.2}, writer {w60:.2}"
     );
 }

@@ -1,33 +1,45 @@
-//! `vhost-iocost tune`: find the vrate bounds that protect a latency-sensitive tenant.
+//! `vhost-iocost tune`: check `profile`'s suggestion on the real device, and show the
+//! vrate frontier behind it.
 //!
-//! The QoS-bound sweep of the IOCost paper and resctl-bench's `iocost-qos`: run the
-//! daemon with vrate pinned (`min = max = v`) at a series of values, each time with a
-//! protected tenant (QD1 4 KiB random reads) next to an aggressor (deep 1 MiB sequential
-//! writes) at equal weights, and compare with the protected tenant alone. Too high a
-//! vrate lets the aggressor flood the device and the protected tenant's latency explode;
-//! too low a vrate starves both. The usable range is where the protected tenant keeps at
-//! least 90 % of its solo throughput and the aggressor still progresses; its ends are the
-//! suggested `min` and `max`.
+//! The scenario is the one every suggestion is checked with ([`crate::profile::suggest`]):
+//! a protected tenant (QD1 4 KiB random reads) beside an aggressor (QD8 1 MiB sequential
+//! writes) at equal weights, each compared with itself alone (QoS off). `tune` runs it
+//! with vrate pinned (`min = max = v`) at a series of values (the QoS-bound sweep of the
+//! IOCost paper and resctl-bench's `iocost-qos`), then with the controller free under the
+//! `[device.qos]` of the --model file (the one `profile` printed), and reports for each
+//! the protected tenant's and the aggressor's share of solo.
+//!
+//! Its bounds: too high a vrate lets the aggressor flood the device; the sweep shows the
+//! highest vrate at which the protected tenant still keeps [`READER_KEEPS`] of its solo
+//! IOPS. The controller protects only if it may go down that far, so `min` must not be
+//! above it: that is what the old suggestion, `min = 60`, got wrong. `max` matters only
+//! when the model underrates the device and is left as suggested. So `tune` agrees with
+//! `profile` unless the suggested `min` is above every vrate that protected, and then
+//! says so and suggests that vrate.
 
 use crate::config::ByteSize;
 use crate::loadgen::{self, Pattern, TenantResult, TenantSpec};
+use crate::profile::suggest::{READER_KEEPS, WRITER_KEEPS};
+use crate::qos::QosConfig;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// Sweep a pinned vrate with a protected tenant and an aggressor; suggest vrate bounds.
+/// Check profile's suggestion with a protected reader beside a writer, and sweep a pinned
+/// vrate to show where protection lies.
 ///
 /// Writes to PATH (the aggressor writes into the second half): PATH must not exist (a
 /// scratch file of --size is created and removed afterwards) unless --destructive is given.
-/// The cost model comes from --model, a file with a [device.model] table (the output of
-/// `vhost-iocost profile`).
+/// The cost model and the QoS settings come from --model, the output of
+/// `vhost-iocost profile` ([device.model], and [device.qos] for the controller's run).
 #[derive(clap::Args, Debug)]
 pub struct TuneArgs {
     /// Block device or file to run on.
     #[arg(long, value_name = "DEV_OR_FILE")]
     path: PathBuf,
-    /// A TOML file with the [device.model] table to use (e.g. from `vhost-iocost profile`).
+    /// A TOML file with the [device.model] table to use and the [device.qos] to check
+    /// (the output of `vhost-iocost profile`).
     #[arg(long, value_name = "FILE")]
     model: PathBuf,
     /// Bytes to use (default 2GiB): split between the two tenants.
@@ -44,25 +56,50 @@ pub struct TuneArgs {
     destructive: bool,
 }
 
-/// One point of the sweep.
+/// One run of the scenario: the protected tenant's IOPS and the aggressor's MiB/s, each
+/// as a percentage of its solo run.
 #[derive(Clone, Debug)]
 pub struct Point {
     pub vrate: f64,
     pub protected_pct: f64,
-    pub aggressor_mib_s: f64,
+    pub aggressor_pct: f64,
 }
 
-/// The usable range: points where the protected tenant keeps ≥ 90 % of its solo IOPS and
-/// the aggressor progresses (≥ 1 % of its solo bandwidth). Returns (min, max) vrate.
-pub fn usable_range(points: &[Point], aggressor_solo_mib_s: f64) -> Option<(f64, f64)> {
-    let ok: Vec<f64> = points
+impl Point {
+    fn protects(&self) -> bool {
+        self.protected_pct >= READER_KEEPS * 100.0
+    }
+
+    fn balanced(&self) -> bool {
+        self.protects() && self.aggressor_pct >= WRITER_KEEPS * 100.0
+    }
+}
+
+/// The `(min, max)` to use, given the pinned sweep and the suggested `qos`, and why it
+/// differs from the suggestion when it does (see the module header).
+pub fn bounds(points: &[Point], qos: &QosConfig) -> ((f64, f64), Option<String>) {
+    let highest = points
         .iter()
-        .filter(|p| p.protected_pct >= 90.0 && p.aggressor_mib_s >= aggressor_solo_mib_s * 0.01)
+        .filter(|p| p.protects())
         .map(|p| p.vrate)
-        .collect();
-    let lo = ok.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = ok.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    (lo <= hi).then_some((lo, hi))
+        .fold(f64::NEG_INFINITY, f64::max);
+    if highest == f64::NEG_INFINITY {
+        let why = format!(
+            "no pinned vrate kept the protected tenant at >= {:.0}% of solo: try lower \
+             --vrates, or check the model",
+            READER_KEEPS * 100.0
+        );
+        return ((qos.min, qos.max), Some(why));
+    }
+    if qos.min > highest {
+        let why = format!(
+            "min = {:.1} is above every vrate that protected (highest {highest:.1}): the \
+             controller could not slow the aggressor enough",
+            qos.min
+        );
+        return ((highest, qos.max.max(highest)), Some(why));
+    }
+    ((qos.min, qos.max), None)
 }
 
 pub fn run(args: &TuneArgs) -> Result<(), Box<dyn std::error::Error>> {
@@ -70,6 +107,18 @@ pub fn run(args: &TuneArgs) -> Result<(), Box<dyn std::error::Error>> {
         .map_err(|e| format!("--model {}: {e}", args.model.display()))?;
     let model_table = extract_table(&model, "device.model")
         .ok_or_else(|| format!("--model {}: no [device.model] table", args.model.display()))?;
+    let suggested_table = extract_table(&model, "device.qos").ok_or_else(|| {
+        format!(
+            "--model {}: no [device.qos] table to check (the output of `vhost-iocost profile` has one)",
+            args.model.display()
+        )
+    })?;
+    let suggested_body = suggested_table
+        .split_once('\n')
+        .map_or("", |(_, body)| body)
+        .to_string();
+    let suggested: QosConfig = toml::from_str(&suggested_body)
+        .map_err(|e| format!("--model {}: [device.qos]: {e}", args.model.display()))?;
     let created = !args.path.exists();
     if !created && !args.destructive {
         return Err(format!(
@@ -133,35 +182,71 @@ pub fn run(args: &TuneArgs) -> Result<(), Box<dyn std::error::Error>> {
         let (solo_iops, solo_mib) = (solo.0[0].iops, solo.1[0].mib_per_s);
         println!("solo: protected {solo_iops:.0} IOPS, aggressor {solo_mib:.0} MiB/s");
         println!(
-            "{:>8} {:>14} {:>12} {:>16}",
-            "vrate%", "protected IOPS", "% of solo", "aggressor MiB/s"
+            "{:>8} {:>14} {:>10} {:>16} {:>10}",
+            "vrate%", "protected IOPS", "% of solo", "aggressor MiB/s", "% of solo"
         );
-        let mut points = Vec::new();
-        for &v in &args.vrates {
-            let qos = format!("rpct = 0.0\nwpct = 0.0\nmin = {v:.1}\nmax = {v:.1}");
-            let r: Vec<TenantResult> = with_daemon(&work, &config(&qos), || {
+        // One run of both tenants; `vrate` is the pinned one (NaN: the controller's).
+        let together = |qos: &str, vrate: f64| -> Result<Point, Box<dyn std::error::Error>> {
+            let r: Vec<TenantResult> = with_daemon(&work, &config(qos), || {
                 Ok(loadgen::run(&[protected.clone(), aggressor.clone()])?)
             })?;
             let p = Point {
-                vrate: v,
+                vrate,
                 protected_pct: r[0].iops * 100.0 / solo_iops.max(1e-9),
-                aggressor_mib_s: r[1].mib_per_s,
+                aggressor_pct: r[1].mib_per_s * 100.0 / solo_mib.max(1e-9),
+            };
+            let label = if vrate.is_nan() {
+                "free".to_string()
+            } else {
+                format!("{vrate:.1}")
             };
             println!(
-                "{:>8.1} {:>14.0} {:>11.0}% {:>16.0}",
-                v, r[0].iops, p.protected_pct, p.aggressor_mib_s
+                "{label:>8} {:>14.0} {:>9.0}% {:>16.0} {:>9.0}%{}",
+                r[0].iops,
+                p.protected_pct,
+                r[1].mib_per_s,
+                p.aggressor_pct,
+                if p.balanced() { "  both kept" } else { "" }
             );
-            points.push(p);
+            Ok(p)
+        };
+        let mut points = Vec::new();
+        for &v in &args.vrates {
+            let qos = format!("rpct = 0.0\nwpct = 0.0\nmin = {v:.1}\nmax = {v:.1}");
+            points.push(together(&qos, v)?);
         }
-        match usable_range(&points, solo_mib) {
-            Some((lo, hi)) => println!(
-                "usable vrate range: {lo:.0}%..{hi:.0}% (protected >= 90% of solo, aggressor progresses)\n\
-                 suggested [device.qos]: min = {lo:.1}, max = {hi:.1}"
+        let free = together(&suggested_body, f64::NAN)?;
+        println!(
+            "free: the controller under the --model file's [device.qos] (min = {:.1}, max = {:.1}): \
+             protected {:.0}% and aggressor {:.0}% of solo ({})",
+            suggested.min,
+            suggested.max,
+            free.protected_pct,
+            free.aggressor_pct,
+            if free.balanced() {
+                format!(
+                    "both kept: >= {:.0}% and >= {:.0}%",
+                    READER_KEEPS * 100.0,
+                    WRITER_KEEPS * 100.0
+                )
+            } else {
+                format!(
+                    "the aim is >= {:.0}% and >= {:.0}%; bench-frontier.sh shows whether the disk allows it",
+                    READER_KEEPS * 100.0,
+                    WRITER_KEEPS * 100.0
+                )
+            }
+        );
+        match bounds(&points, &suggested) {
+            ((min, max), None) => println!(
+                "suggested [device.qos]: min = {min:.1}, max = {max:.1}, as profile suggested: \
+                 the controller can reach the vrates that protected"
             ),
-            None => println!(
-                "no pinned vrate kept the protected tenant at >= 90% of solo with the aggressor progressing; \
-                 try lower vrates or check the model"
-            ),
+            ((min, max), Some(why)) => {
+                println!(
+                    "suggested [device.qos]: min = {min:.1}, max = {max:.1}, not profile's: {why}"
+                )
+            }
         }
         Ok(())
     })();
@@ -238,21 +323,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn usable_range_needs_protection_and_progress() {
-        let p = |vrate, protected_pct, aggressor_mib_s| Point {
+    fn the_suggested_min_stands_unless_it_is_above_every_protecting_vrate() {
+        let p = |vrate, protected_pct, aggressor_pct| Point {
             vrate,
             protected_pct,
-            aggressor_mib_s,
+            aggressor_pct,
         };
         let points = [
-            p(10.0, 99.0, 0.5),
-            p(25.0, 97.0, 200.0),
-            p(50.0, 91.0, 600.0),
-            p(100.0, 40.0, 1500.0),
+            p(10.0, 99.0, 5.0),
+            p(25.0, 97.0, 30.0),
+            p(50.0, 65.0, 55.0),
+            p(100.0, 40.0, 90.0),
         ];
-        // 10 %: the aggressor is starved (below 1 % of its 2000 MiB/s solo).
-        assert_eq!(usable_range(&points, 2000.0), Some((25.0, 50.0)));
-        assert_eq!(usable_range(&points[3..], 2000.0), None);
+        assert!(points[2].balanced() && !points[1].balanced() && !points[3].protects());
+        let suggested = QosConfig::default();
+        assert_eq!(bounds(&points, &suggested), ((25.0, 400.0), None));
+        // min = 60, the old suggestion: the controller could not get down to 50.
+        let old = QosConfig {
+            min: 60.0,
+            max: 100.0,
+            ..suggested.clone()
+        };
+        let ((min, max), why) = bounds(&points, &old);
+        assert_eq!((min, max), (50.0, 100.0));
+        assert!(why
+            .unwrap()
+            .contains("min = 60.0 is above every vrate that protected"));
+        let ((min, _), why) = bounds(&points[3..], &suggested);
+        assert_eq!(min, 25.0);
+        assert!(why.unwrap().starts_with("no pinned vrate kept"));
     }
 
     #[test]

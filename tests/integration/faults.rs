@@ -3,7 +3,7 @@
 
 use crate::client::{pattern, Client, Op};
 use crate::daemon::{config, control_get, stats_of, volume, DaemonProcess};
-use crate::emulated::FAST_DEVICE;
+use crate::devices::FAST_DEVICE;
 use std::time::{Duration, Instant};
 
 const BLOCK: usize = 64 << 10;

@@ -6,6 +6,7 @@ mod client;
 mod control;
 mod daemon;
 mod data_path;
+mod devices;
 mod drain;
 mod emulated;
 mod faults;

@@ -1,0 +1,156 @@
+//! The `[device.qos]` a measured device gets. One rule serves both `profile`'s printed
+//! suggestion and the daemon's calibrated defaults (`crate::calibration`), so pasting
+//! `profile`'s tables gives the daemon exactly what it would have chosen by itself.
+//!
+//! - **Read target**: `rpct` = the percentile ([`DEFAULT_PERCENTILE`], p50 on a disk sysfs
+//!   calls rotational), `rlat` = [`LATENCY_MARGIN`] × the read latency at that percentile
+//!   measured at 90 % of the random-read capacity (resctl-demo's margin). p90 rather than
+//!   p50: next to a writer an SSD's read p50 barely moves while its p90 rises 3–12×
+//!   (`scripts/bench-frontier.sh`), so p50 would never see the writer. A spinning disk's
+//!   seeks spread its latency so widely that p50 is the stable signal there.
+//! - **No write latency signal** (`wpct = 0`, `wlat = rlat`, which then only sets the
+//!   planning period): a large or deep write's latency measures the writer's own queue,
+//!   not the device's health, and reads are what latency-sensitive guests wait for.
+//!   `profile` prints the write target it measured as a comment, for an operator who wants
+//!   writes judged too.
+//! - **vrate within 25–400 %** ([`QosConfig`]'s defaults): the controller must be free to
+//!   slow a writer to a quarter of the model's speed, because that is what protecting a
+//!   reader takes on a disk whose writes hurt reads. A bound of 60 % (the resctl-demo
+//!   suggestion) kept a writer at 684 MB/s beside readers that then missed a low-millisecond
+//!   p99 in 218 of 220 seconds. Above 100 % it lets a pessimistic model's device run up to
+//!   4× faster. A lone tenant is never throttled, whatever the bounds.
+
+use super::plan::{Profile, PERCENTILES};
+use crate::qos::{DurationUs, QosConfig};
+use std::fs::Metadata;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+
+/// The percentile of the suggested read target on a solid-state device.
+pub const DEFAULT_PERCENTILE: f64 = 90.0;
+/// The percentile on a disk sysfs calls rotational.
+pub const ROTATIONAL_PERCENTILE: f64 = 50.0;
+/// Target = this × the latency measured at 90 % load.
+pub const LATENCY_MARGIN: f64 = 1.5;
+
+/// What the suggestion must achieve, checked in the simulator, on the emulated device and
+/// by `tune` on a real one: a QD1 4 KiB random reader beside a QD8 1 MiB sequential writer
+/// at equal weights keeps this share of its solo IOPS ...
+pub const READER_KEEPS: f64 = 0.60;
+/// ... while the writer keeps this share of its solo bandwidth, where the device allows
+/// both (`scripts/bench-frontier.sh` measures whether it does).
+pub const WRITER_KEEPS: f64 = 0.50;
+
+/// The suggested percentile for a device (see the module header).
+pub fn default_percentile(rotational: bool) -> f64 {
+    if rotational {
+        ROTATIONAL_PERCENTILE
+    } else {
+        DEFAULT_PERCENTILE
+    }
+}
+
+/// The QoS configuration for a device measured as `p`, targets at `percentile` (one of
+/// [`PERCENTILES`]; anything else means p95).
+pub fn suggest_qos(p: &Profile, percentile: f64) -> QosConfig {
+    let (rpct, rlat) = target(p.read_latency_us, percentile);
+    let mut q = QosConfig {
+        rpct,
+        rlat: Some(DurationUs(rlat)),
+        ..QosConfig::default()
+    };
+    without_write_signal(&mut q);
+    q
+}
+
+/// The write target the same rule gives, `(wpct, wlat_µs)`, when writes were measured.
+/// Not part of the suggestion (see the module header); `profile` prints it as a comment.
+pub fn measured_write_target(p: &Profile, percentile: f64) -> Option<(f64, u64)> {
+    p.writes_measured()
+        .then(|| target(p.write_latency_us, percentile))
+}
+
+/// Writes give no latency signal; the write target follows the read one, since it still
+/// sets the planning period.
+pub fn without_write_signal(q: &mut QosConfig) {
+    q.wpct = 0.0;
+    q.wlat = q.rlat;
+}
+
+/// `(percentile, margin × latency at it)` from latencies at [`PERCENTILES`].
+fn target(latency_us: [u64; 4], percentile: f64) -> (f64, u64) {
+    let index = PERCENTILES
+        .iter()
+        .position(|&q| q == percentile)
+        .unwrap_or(2);
+    let lat = (latency_us[index] as f64 * LATENCY_MARGIN).ceil().max(1.0) as u64;
+    (PERCENTILES[index], lat)
+}
+
+/// Whether the disk holding `meta`'s file (or the block device itself) spins, from sysfs;
+/// false when unknown.
+pub fn is_rotational(meta: &Metadata) -> bool {
+    let id = if meta.file_type().is_block_device() {
+        meta.rdev()
+    } else {
+        meta.dev()
+    };
+    let (major, minor) = (libc::major(id), libc::minor(id));
+    [
+        format!("/sys/dev/block/{major}:{minor}/queue/rotational"),
+        format!("/sys/dev/block/{major}:{minor}/../queue/rotational"),
+    ]
+    .iter()
+    .find_map(|p| std::fs::read_to_string(p).ok())
+    .is_some_and(|s| s.trim() == "1")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost_model::LinearParams;
+
+    fn measured(writes: bool) -> Profile {
+        Profile {
+            model: LinearParams {
+                rbps: 1000,
+                rseqiops: 100,
+                rrandiops: 50,
+                wbps: if writes { 500 } else { 0 },
+                wseqiops: if writes { 50 } else { 0 },
+                wrandiops: if writes { 25 } else { 0 },
+            },
+            read_latency_us: [100, 200, 300, 400],
+            write_latency_us: if writes {
+                [1000, 2000, 3000, 4000]
+            } else {
+                [0; 4]
+            },
+        }
+    }
+
+    #[test]
+    fn the_read_target_is_the_margin_over_the_measured_percentile() {
+        let p = measured(true);
+        for (pct, rlat) in [(50.0, 150), (90.0, 300), (95.0, 450), (99.0, 600)] {
+            let q = suggest_qos(&p, pct);
+            assert_eq!((q.rpct, q.rlat), (pct, Some(DurationUs(rlat))));
+        }
+        assert_eq!(measured_write_target(&p, 90.0), Some((90.0, 3000)));
+        assert_eq!(measured_write_target(&measured(false), 90.0), None);
+    }
+
+    /// Measured or not, writes give no signal, and the vrate bounds are the daemon's
+    /// defaults: the suggestion is what the daemon would run with by itself.
+    #[test]
+    fn writes_give_no_signal_and_the_bounds_are_the_defaults() {
+        for writes in [false, true] {
+            let q = suggest_qos(&measured(writes), DEFAULT_PERCENTILE);
+            assert_eq!((q.wpct, q.wlat), (0.0, q.rlat));
+            let defaults = QosConfig::default();
+            assert_eq!((q.min, q.max, q.enable), (defaults.min, defaults.max, true));
+            q.validate().unwrap();
+        }
+        assert_eq!(default_percentile(false), 90.0);
+        assert_eq!(default_percentile(true), 50.0);
+    }
+}

@@ -1,0 +1,12 @@
+//! Throughput comparisons on the emulated device, in a test binary of their own. Cargo
+//! runs test binaries one after another, so these have the machine to themselves (the
+//! integration suite keeps both cores busy with guests and daemons), and they run one at
+//! a time within this binary too.
+
+#[allow(dead_code)]
+#[path = "../integration/daemon.rs"]
+mod daemon;
+#[allow(dead_code)]
+#[path = "../integration/devices.rs"]
+mod devices;
+mod emulated;

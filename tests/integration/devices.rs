@@ -1,0 +1,57 @@
+//! The emulated devices and the tenants the QoS tests measure with, shared by the
+//! integration suite and the comparisons that run alone (`tests/comparisons`).
+
+use crate::daemon::DaemonProcess;
+use std::time::Duration;
+use vhost_iocost::loadgen::{self, Pattern, TenantResult, TenantSpec};
+
+/// A slow SSD: 20k random 4 KiB reads (50 µs of device time each), 4 channels, 50 µs
+/// base latency. The backing file is in the page cache (`direct = false`), so the host
+/// disk's own speed does not show through.
+pub const SLOW_DEVICE: &str = concat!(
+    "\nkind = \"emulated\"\ndirect = false\n[device.emulated]\n",
+    include_str!("../../configs/emulated/slow-ssd.toml"),
+    "channels = 4\nbase_latency = \"50us\"\n"
+);
+
+/// A 1 M IOPS NVMe: faster than this machine can drive it, so the daemon's CPU is the
+/// bottleneck and any throttling by QoS would show.
+pub const FAST_DEVICE: &str = r#"
+kind = "emulated"
+direct = false
+[device.emulated]
+rbps = 6000000000
+rseqiops = 1000000
+rrandiops = 1000000
+wbps = 4000000000
+wseqiops = 800000
+wrandiops = 800000
+channels = 32
+base_latency = "10us"
+"#;
+
+/// No model and no targets: the daemon calibrates the device at start-up and derives
+/// its targets; vrate moves freely within the default bounds.
+pub const DEFAULTS: &str = "[control]\nsocket = \"control.sock\"\n";
+
+/// A random 4 KiB reader of volume `name` at `iodepth`, for `secs` after a 1 s ramp.
+pub fn reader(d: &DaemonProcess, name: &str, iodepth: usize, secs: u64) -> TenantSpec {
+    TenantSpec {
+        name: name.into(),
+        socket: d.socket(name),
+        rw: Pattern::RandRead,
+        bs: 4096,
+        iodepth,
+        runtime: Duration::from_secs(secs),
+        ramp: Duration::from_secs(1),
+        ..TenantSpec::default()
+    }
+}
+
+/// Runs one tenant alone and checks that it saw no error.
+pub fn run_one(spec: TenantSpec) -> TenantResult {
+    let mut r = loadgen::run(&[spec]).unwrap();
+    let r = r.remove(0);
+    assert_eq!(r.errors, 0, "{r:?}");
+    r
+}
