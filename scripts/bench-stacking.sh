@@ -6,6 +6,9 @@
 #
 #   off       the daemon with QoS off
 #   defaults  the daemon with no [device.model] and no targets (calibrated at start-up)
+#   profile   (DEVICE=file) the tables `vhost-iocost profile --destructive --quick` prints
+#             for the file, pasted as they are (on the emulated device `defaults` is the
+#             same rule: calibration and profile share it)
 #   tuned     the same calibrated model, with the readers' SLO as the read target
 #             (rpct = 99, rlat = SLO_US)
 #   cap       no QoS, the writer held by a static cap at the throughput `defaults` gave it
@@ -113,6 +116,13 @@ rm -f "$work/config.toml.state.json"
 start_daemon "$(daemon_config '')"
 run defaults defaults
 stop_daemon
+if [ "$device" = file ]; then
+    "$bin" profile --path "$work/disk.img" --destructive --quick --out "$work/profile.toml" \
+        >/dev/null 2>"$work/profile.log"
+    start_daemon "$(daemon_config "$(grep -v '^#' "$work/profile.toml")")"
+    run profile "profile's suggestion ($(grep '^rlat' "$work/profile.toml" | tr -d '"'))"
+    stop_daemon
+fi
 start_daemon "$(daemon_config "[device.qos]
 rpct = 99.0
 rlat = \"${slo}us\"")"

@@ -16,7 +16,7 @@
 //! fast-SSD presets rounded down, and stated as estimates wherever the model is shown.
 //! The default targets are the ones `profile` suggests ([`crate::profile::suggest`], where
 //! the rule is explained): reads must complete within 1.5 × the p90 latency measured at
-//! 90 % load (p50 on a spinning disk) in 90 % of cases, and writes give no latency signal.
+//! 90 % load in 90 % of cases, and writes give no latency signal.
 //! Give `wpct`/`wlat` to change that.
 //!
 //! The result is kept in the state file (`"calibrated"`), with the device's path and
@@ -38,7 +38,7 @@ use crate::cost_model::ModelConfig;
 use crate::profile::allocation::check_allocated;
 use crate::profile::plan::WRITE_ESTIMATE;
 use crate::profile::simulated::SimTarget;
-use crate::profile::suggest::{default_percentile, is_rotational, without_write_signal};
+use crate::profile::suggest::{without_write_signal, DEFAULT_PERCENTILE};
 use crate::profile::uring::UringTarget;
 use crate::profile::{profile, suggest_qos, Plan, Profile, Target};
 use crate::qos::{DurationUs, QosConfig};
@@ -69,8 +69,8 @@ pub struct Calibration {
 }
 
 impl Calibration {
-    fn from_profile(device: String, size: u64, p: &Profile, rotational: bool) -> Self {
-        let q = suggest_qos(p, default_percentile(rotational));
+    fn from_profile(device: String, size: u64, p: &Profile) -> Self {
+        let q = suggest_qos(p, DEFAULT_PERCENTILE);
         Calibration {
             device,
             size,
@@ -122,24 +122,21 @@ pub fn measure(cfg: &DeviceConfig, size: u64) -> Result<Calibration, String> {
         seq_depth: CALIBRATION_SEQ_DEPTH,
         ..Plan::quick(false)
     };
-    let (mut target, rotational): (Box<dyn Target>, bool) = match &cfg.emulated {
-        Some(e) => (Box::new(SimTarget::from_disk(e.disk(), size)), false),
-        None => {
-            let (target, rotational) = file_target(cfg, size)?;
-            (Box::new(target), rotational)
-        }
+    let mut target: Box<dyn Target> = match &cfg.emulated {
+        Some(e) => Box::new(SimTarget::from_disk(e.disk(), size)),
+        None => Box::new(file_target(cfg, size)?),
     };
     let p = profile(target.as_mut(), &plan, &mut |_, _| {})
         .map_err(|e| format!("measuring {name}: {e}"))?;
     if p.model.rbps == 0 || p.model.rseqiops == 0 || p.model.rrandiops == 0 {
         return Err(format!("measuring {name}: no read completed"));
     }
-    Ok(Calibration::from_profile(name, size, &p, rotational))
+    Ok(Calibration::from_profile(name, size, &p))
 }
 
 /// The device opened read-only with O_DIRECT, after checking that a regular file is
-/// allocated (holes would be measured instead of the disk), and whether it spins.
-fn file_target(cfg: &DeviceConfig, size: u64) -> Result<(UringTarget, bool), String> {
+/// allocated (holes would be measured instead of the disk).
+fn file_target(cfg: &DeviceConfig, size: u64) -> Result<UringTarget, String> {
     let path = cfg.path.as_ref().ok_or("no device path")?;
     let mut opts = std::fs::OpenOptions::new();
     opts.read(true);
@@ -150,8 +147,7 @@ fn file_target(cfg: &DeviceConfig, size: u64) -> Result<(UringTarget, bool), Str
         .open(path)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     check_allocated(&file, size, path)?;
-    let rotational = file.metadata().is_ok_and(|m| is_rotational(&m));
-    Ok((UringTarget::new(file, size), rotational))
+    Ok(UringTarget::new(file, size))
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 
 use super::allocation::{check_allocated, create_filled, fill};
 use super::plan::{profile, Plan};
-use super::suggest::{default_percentile, is_rotational};
+use super::suggest::DEFAULT_PERCENTILE;
 use super::uring::UringTarget;
 use crate::config::ByteSize;
 use std::fs::OpenOptions;
@@ -38,9 +38,9 @@ pub struct ProfileArgs {
     /// coefficients of an existing PATH are measured.
     #[arg(long)]
     destructive: bool,
-    /// Latency percentile of the suggested read target: 50, 90, 95 or 99 (default 90, or
-    /// 50 on a disk sysfs calls rotational, as the daemon's calibrated defaults). Higher
-    /// percentiles react to queueing sooner.
+    /// Latency percentile of the suggested read target: 50, 90, 95 or 99 (default 90, as
+    /// the daemon's calibrated defaults; 50 suits a spinning disk, whose seeks spread its
+    /// latency widely). Higher percentiles react to queueing sooner.
     #[arg(long, value_parser = parse_percentile)]
     percentile: Option<f64>,
     /// Also write the tables to this file.
@@ -92,7 +92,6 @@ fn measure(args: &ProfileArgs, created: bool) -> Result<(), Box<dyn std::error::
         .custom_flags(libc::O_DIRECT)
         .open(path)
         .map_err(|e| format!("{}: cannot open with O_DIRECT: {e}", path.display()))?;
-    let meta = file.metadata()?;
     let available = (&file).seek(SeekFrom::End(0))?;
     let size = args
         .size
@@ -151,9 +150,7 @@ fn measure(args: &ProfileArgs, created: bool) -> Result<(), Box<dyn std::error::
     };
     let p = profile(&mut target, &plan, &mut report)?;
     eprintln!();
-    let percentile = args
-        .percentile
-        .unwrap_or_else(|| default_percentile(is_rotational(&meta)));
+    let percentile = args.percentile.unwrap_or(DEFAULT_PERCENTILE);
     let header = format!(
         "vhost-iocost profile of {} ({} used, {:?} per job{})\nread latency p50/p90/p95/p99 at 90% load: {:?} us{}",
         path.display(),

@@ -2,12 +2,12 @@
 //! suggestion and the daemon's calibrated defaults (`crate::calibration`), so pasting
 //! `profile`'s tables gives the daemon exactly what it would have chosen by itself.
 //!
-//! - **Read target**: `rpct` = the percentile ([`DEFAULT_PERCENTILE`], p50 on a disk sysfs
-//!   calls rotational), `rlat` = [`LATENCY_MARGIN`] × the read latency at that percentile
-//!   measured at 90 % of the random-read capacity (resctl-demo's margin). p90 rather than
-//!   p50: next to a writer an SSD's read p50 barely moves while its p90 rises 3–12×
-//!   (`scripts/bench-frontier.sh`), so p50 would never see the writer. A spinning disk's
-//!   seeks spread its latency so widely that p50 is the stable signal there.
+//! - **Read target**: `rpct` = [`DEFAULT_PERCENTILE`], `rlat` = [`LATENCY_MARGIN`] × the
+//!   read latency at that percentile measured at 90 % of the random-read capacity
+//!   (resctl-demo's margin). p90 rather than p50: next to a writer an SSD's read p50
+//!   barely moves while its p90 rises 3–12× (`scripts/bench-frontier.sh`), so p50 would
+//!   not see the writer. sysfs' `rotational` flag does not choose it: virtio disks report
+//!   1 on flash, and a spinning disk's operator can pass `profile --percentile 50`.
 //! - **No write latency signal** (`wpct = 0`, `wlat = rlat`, which then only sets the
 //!   planning period): a large or deep write's latency measures the writer's own queue,
 //!   not the device's health, and reads are what latency-sensitive guests wait for.
@@ -22,13 +22,9 @@
 
 use super::plan::{Profile, PERCENTILES};
 use crate::qos::{DurationUs, QosConfig};
-use std::fs::Metadata;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
 
-/// The percentile of the suggested read target on a solid-state device.
+/// The percentile of the suggested read target.
 pub const DEFAULT_PERCENTILE: f64 = 90.0;
-/// The percentile on a disk sysfs calls rotational.
-pub const ROTATIONAL_PERCENTILE: f64 = 50.0;
 /// Target = this × the latency measured at 90 % load.
 pub const LATENCY_MARGIN: f64 = 1.5;
 
@@ -39,15 +35,6 @@ pub const READER_KEEPS: f64 = 0.60;
 /// ... while the writer keeps this share of its solo bandwidth, where the device allows
 /// both (`scripts/bench-frontier.sh` measures whether it does).
 pub const WRITER_KEEPS: f64 = 0.50;
-
-/// The suggested percentile for a device (see the module header).
-pub fn default_percentile(rotational: bool) -> f64 {
-    if rotational {
-        ROTATIONAL_PERCENTILE
-    } else {
-        DEFAULT_PERCENTILE
-    }
-}
 
 /// The QoS configuration for a device measured as `p`, targets at `percentile` (one of
 /// [`PERCENTILES`]; anything else means p95).
@@ -84,24 +71,6 @@ fn target(latency_us: [u64; 4], percentile: f64) -> (f64, u64) {
         .unwrap_or(2);
     let lat = (latency_us[index] as f64 * LATENCY_MARGIN).ceil().max(1.0) as u64;
     (PERCENTILES[index], lat)
-}
-
-/// Whether the disk holding `meta`'s file (or the block device itself) spins, from sysfs;
-/// false when unknown.
-pub fn is_rotational(meta: &Metadata) -> bool {
-    let id = if meta.file_type().is_block_device() {
-        meta.rdev()
-    } else {
-        meta.dev()
-    };
-    let (major, minor) = (libc::major(id), libc::minor(id));
-    [
-        format!("/sys/dev/block/{major}:{minor}/queue/rotational"),
-        format!("/sys/dev/block/{major}:{minor}/../queue/rotational"),
-    ]
-    .iter()
-    .find_map(|p| std::fs::read_to_string(p).ok())
-    .is_some_and(|s| s.trim() == "1")
 }
 
 #[cfg(test)]
@@ -150,7 +119,5 @@ mod tests {
             assert_eq!((q.min, q.max, q.enable), (defaults.min, defaults.max, true));
             q.validate().unwrap();
         }
-        assert_eq!(default_percentile(false), 90.0);
-        assert_eq!(default_percentile(true), 50.0);
     }
 }
