@@ -27,7 +27,7 @@ pub enum DaemonError {
 pub struct Daemon {
     pub qos: Arc<QosDevice>,
     pub servers: Vec<Arc<VolumeServer<Arc<VolumeQos>>>>,
-    /// The planner thread; [`Daemon::kick_planner`] wakes it early.
+    /// The planner thread, which the control API wakes after a change of the period.
     pub planner: std::thread::Thread,
 }
 
@@ -77,12 +77,6 @@ impl Daemon {
             servers,
             planner,
         })
-    }
-
-    /// Wake the planner now (after a runtime change of the period, so that the new
-    /// period takes effect without waiting out the old one). Harmless at any time.
-    pub fn kick_planner(&self) {
-        self.planner.unpark();
     }
 
     /// Completes in-flight I/O of every connected frontend, closes the connections and

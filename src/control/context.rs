@@ -193,11 +193,6 @@ impl Control {
         Ok(())
     }
 
-    /// The current runtime state (what the state file holds).
-    pub fn runtime_state(&self) -> RuntimeState {
-        lock(&self.state).clone()
-    }
-
     /// Record `change` in the state file, then apply it with `apply`; on failure
     /// neither happens.
     fn commit(
@@ -223,6 +218,7 @@ impl Control {
         Ok(())
     }
 
+    /// Wakes the planner, so that a new period takes effect without waiting out the old.
     fn kick_planner(&self) {
         if let Some(t) = &self.planner {
             t.unpark();
