@@ -63,11 +63,11 @@ pub fn check_allocated(file: &File, size: u64, path: &Path) -> Result<(), String
     Ok(())
 }
 
-/// Writes `size` bytes of non-zero data from the start of `file`, so that reads hit
-/// allocated blocks rather than holes, and syncs them.
-pub fn fill(mut file: &File, size: u64) -> std::io::Result<()> {
+/// Writes `size` bytes of non-zero data into `file` from `offset`, so that reads and
+/// overwrites hit allocated blocks rather than holes, and syncs them.
+pub fn fill(mut file: &File, offset: u64, size: u64) -> std::io::Result<()> {
     let chunk: Vec<u8> = (0..1 << 20).map(|i: u32| (i * 131 + 17) as u8).collect();
-    file.seek(SeekFrom::Start(0))?;
+    file.seek(SeekFrom::Start(offset))?;
     let mut left = size;
     while left > 0 {
         let n = left.min(chunk.len() as u64) as usize;
@@ -83,7 +83,7 @@ pub fn create_filled(path: &Path, size: u64) -> std::io::Result<()> {
         .write(true)
         .create_new(true)
         .open(path)?;
-    fill(&file, size)
+    fill(&file, 0, size)
 }
 
 #[cfg(test)]
@@ -105,10 +105,10 @@ mod tests {
         assert!(allocated_bytes(&f, 16 << 20) < 1 << 20);
         let e = check_allocated(&f, 16 << 20, &path).unwrap_err();
         assert!(e.contains("sparse.img is only 0 % allocated"), "{e}");
-        fill(&f, 1 << 20).unwrap();
+        fill(&f, 0, 1 << 20).unwrap();
         let allocated = allocated_bytes(&f, 16 << 20);
         assert!((1 << 20..4 << 20).contains(&allocated), "{allocated}");
-        fill(&f, 16 << 20).unwrap();
+        fill(&f, 0, 16 << 20).unwrap();
         check_allocated(&f, 16 << 20, &path).unwrap();
     }
 }

@@ -231,7 +231,7 @@ impl Profile {
         } else {
             format!(
                 "   # estimated: {WRITE_ESTIMATE} x the read value (writes not measured; \
-                 --destructive measures them)"
+                 --scratch or --destructive measures them)"
             )
         };
         let _ = writeln!(out, "wbps = {}{estimated}", m.wbps);

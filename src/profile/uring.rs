@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 pub struct UringTarget {
     file: File,
     size: u64,
+    /// Where writes go (offset, length); `None`: anywhere in the first `size` bytes.
+    scratch: Option<(u64, u64)>,
     rng: Rng,
 }
 
@@ -24,7 +26,23 @@ impl UringTarget {
         UringTarget {
             file,
             size,
+            scratch: None,
             rng: Rng::new(1),
+        }
+    }
+
+    /// Writes stay within `length` bytes from `offset` (the user's scratch range); reads
+    /// still cover the first `size` bytes.
+    pub fn with_scratch(mut self, offset: u64, length: u64) -> Self {
+        self.scratch = Some((offset, length));
+        self
+    }
+
+    /// The byte range a job's requests fall in.
+    fn range(&self, job: &Job) -> (u64, u64) {
+        match self.scratch {
+            Some(range) if job.pattern.is_write() => range,
+            _ => (0, self.size),
         }
     }
 }
@@ -53,7 +71,8 @@ impl Target for UringTarget {
                 iov_len: bs,
             })
             .collect();
-        let blocks = (self.size / job.block_size).max(1);
+        let (base, span) = self.range(job);
+        let blocks = (span / job.block_size).max(1);
         let mut latency_us = Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("bounds");
         let interval = job
             .rate_iops
@@ -76,7 +95,7 @@ impl Target for UringTarget {
                     next_block
                 };
                 let (iovecs_ptr, offset) =
-                    (&iovecs[slot] as *const libc::iovec, block * job.block_size);
+                    (&iovecs[slot] as *const libc::iovec, base + block * job.block_size);
                 let op = if job.pattern.is_write() {
                     DeviceOp::Writev {
                         iovecs: iovecs_ptr,
