@@ -13,6 +13,12 @@
 #             (rpct = 99, rlat = SLO_US)
 #   cap       no QoS, the writer held by a static cap at the throughput `defaults` gave it
 #
+# ON=4s OFF=4s: the readers come and go (each issues for ON, then idles for OFF); a
+#   second counts only where the reader completed reads in it. Two static caps then: one
+#   at the writer's throughput under `defaults` in the seconds the readers were on (what
+#   a cap must allow at most to protect them), one at its throughput over the whole run
+#   (a cap giving the writer as much as `defaults` did).
+#
 # DEVICE=emulated (default): the daemon's emulated device (a slow SSD: 20k random reads/s,
 #   200 MB/s of writes, 4 channels); the cap is the load generator pacing the writer (a
 #   perfect token bucket, the best a static cap can do).
@@ -20,7 +26,8 @@
 #   serving the same byte ranges of the same file, the writer behind a throttle group
 #   (`limits.bps-write`, QEMU's default burst).
 #
-# Usage: scripts/bench-stacking.sh [SECONDS]   (READERS=4 RATE=500 SLO_US=1000)
+# Usage: scripts/bench-stacking.sh [SECONDS]   (READERS=4 RATE=500 SLO_US=1000 ON= OFF=)
+#   RESULTS=DIR keeps each setup's bench JSON (per-second series) in DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -30,6 +37,8 @@ readers=${READERS:-4}
 rate=${RATE:-500}
 slo=${SLO_US:-1000}
 device=${DEVICE:-emulated}
+duty=""
+if [ -n "${ON:-}${OFF:-}" ]; then duty=",on=${ON:?ON and OFF go together},off=${OFF:?ON and OFF go together}"; fi
 
 case $device in
 emulated)
@@ -68,11 +77,12 @@ size = \"512MiB\""
 run() {
     local tenants="" writer_rate=${3:+,rate_iops=$3}
     for i in $(seq 0 $((readers - 1))); do
-        tenants+=" --tenant socket=r$i.sock,name=r$i,rw=randread,bs=4k,iodepth=1,rate_iops=$rate"
+        tenants+=" --tenant socket=r$i.sock,name=r$i,rw=randread,bs=4k,iodepth=1,rate_iops=$rate$duty"
     done
     (cd "$work" && "$bin" bench --runtime "${secs}s" --ramp 2s $tenants \
         --tenant "socket=writer.sock,name=writer,rw=write,bs=1M,iodepth=8$writer_rate" \
         --json) > "$work/$1.json"
+    if [ -n "${RESULTS:-}" ]; then mkdir -p "$RESULTS" && cp "$work/$1.json" "$RESULTS/"; fi
     local device_stats='{}'
     if [ -S "$work/control.sock" ]; then
         device_stats=$("$bin" ctl --socket "$work/control.sock" stats --json 2>/dev/null || echo "{}")
@@ -87,16 +97,25 @@ met = "" if not periods else f"{100 * (1 - device['contended_periods_missed'] / 
 results = json.load(open(path))["results"]
 missed = total = 0
 worst = 0.0
+readers_on = set()
 for r in results:
     seconds = r["per_second"][2:]          # after the ramp
     if r["name"] == "writer":
         writer = r["mib_per_s"]
         mibs = [s["mib_per_s"] for s in seconds]
         cov = statistics.pstdev(mibs) / max(statistics.mean(mibs), 1e-9)
+        writer_seconds = seconds
     else:
-        missed += sum(1 for s in seconds if s["p99_us"] > slo)
-        total += len(seconds)
+        # Only seconds in which the reader completed reads count (readers come and go).
+        active = [s for s in seconds if s["iops"] > 0]
+        readers_on.update(round(s["t_s"]) for s in active)
+        missed += sum(1 for s in active if s["p99_us"] > slo)
+        total += len(active)
         worst = max(worst, r["lat_p99_us"])
+# The writer's throughput in the seconds the readers were on (all of them when steady).
+on = [s["mib_per_s"] for s in writer_seconds if round(s["t_s"]) in readers_on]
+with open(path + ".writer_when_readers_on", "w") as f:
+    f.write(str(statistics.mean(on) if on else writer))
 print(f"| {name} | {missed} of {total} | {worst:,.0f} | {writer:,.1f} | {cov:.3f} | {met} |")
 EOF
 }
@@ -128,7 +147,12 @@ rpct = 99.0
 rlat = \"${slo}us\"")"
 run tuned "tuned (p99 ${slo} µs)"
 stop_daemon
-cap_mibs=$(python3 -c "import json; print(max(1, round([r for r in json.load(open('$work/defaults.json'))['results'] if r['name'] == 'writer'][0]['mib_per_s'])))")
+overall_mibs=$(python3 -c "import json; print(max(1, round([r for r in json.load(open('$work/defaults.json'))['results'] if r['name'] == 'writer'][0]['mib_per_s'])))")
+cap_levels=$overall_mibs
+if [ -n "$duty" ]; then
+    cap_levels="$(python3 -c "print(max(1, round(float(open('$work/defaults.json.writer_when_readers_on').read()))))") $overall_mibs"
+fi
+for cap_mibs in $cap_levels; do
 if [ "$device" = emulated ]; then
     start_daemon "$(daemon_config '[device.qos]
 enable = false')"
@@ -150,4 +174,6 @@ else
     for _ in $(seq 100); do [ -S "$work/writer.sock" ] && break; sleep 0.1; done
     run cap "qemu-storage-daemon, writer capped at ${cap_mibs} MiB/s" || true
     kill $qsd; wait $qsd 2>/dev/null || true
+    rm -f "$work"/*.sock
 fi
+done

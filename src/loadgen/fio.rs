@@ -36,6 +36,12 @@ pub fn run(tenants: &[TenantSpec], file: &Path) -> Result<Vec<TenantResult>, Str
     if !version.status.success() {
         return Err("--fio-file needs fio: `fio --version` failed".into());
     }
+    if let Some(t) = tenants.iter().find(|t| t.duty.is_some()) {
+        return Err(format!(
+            "tenant {}: on/off duty cycles have no fio equivalent; drop them for --fio-file",
+            t.name
+        ));
+    }
     let size = std::fs::metadata(file)
         .map_err(|e| format!("--fio-file {}: {e}", file.display()))?
         .len();

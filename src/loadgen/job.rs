@@ -24,7 +24,7 @@ use std::path::Path;
 
 /// Keys whose values are durations: a bare integer would mean microseconds, which is never
 /// what a job file means, so the job file wants a string there.
-const DURATION_KEYS: &[&str] = &["runtime", "ramp", "delay"];
+const DURATION_KEYS: &[&str] = &["runtime", "ramp", "delay", "on", "off"];
 
 /// A parsed job file: key/value pairs in their text form (the `--tenant` syntax).
 #[derive(Debug, Default, PartialEq)]

@@ -369,9 +369,15 @@ fn drive(
 
     loop {
         let now = Instant::now();
+        // In an off phase of its duty cycle the tenant issues nothing until the next on
+        // phase, and a paced one does not catch up for the pause.
+        if let Some(resume) = t.duty.and_then(|d| d.paused_until(now - t0)) {
+            next_issue = next_issue.max(t0 + resume);
+        }
+        let waiting = interval.is_some() || next_issue > now;
         if now < deadline {
             while let Some(&slot) = idle.last() {
-                if interval.is_some() && now < next_issue {
+                if waiting && now < next_issue {
                     break;
                 }
                 idle.pop();
@@ -403,7 +409,7 @@ fn drive(
         let mut timeout = deadline
             .saturating_duration_since(Instant::now())
             .max(Duration::from_millis(100));
-        if interval.is_some() {
+        if waiting {
             timeout = timeout.min(next_issue.saturating_duration_since(Instant::now()));
         }
         done.clear();

@@ -67,6 +67,9 @@ pub struct TenantSpec {
     pub ramp: Duration,
     /// Time to wait before this tenant starts (tenants that come and go).
     pub delay: Duration,
+    /// Issue for `on`, then pause for `off`, repeatedly from the tenant's start (a tenant
+    /// whose demand comes and goes); `None`: issue throughout.
+    pub duty: Option<Duty>,
     /// vhost-user queues the tenant uses; requests go to them round-robin.
     pub queues: usize,
     /// Check every read of a block this tenant wrote against its last write.
@@ -86,6 +89,7 @@ impl Default for TenantSpec {
             runtime: Duration::from_secs(10),
             ramp: Duration::from_secs(0),
             delay: Duration::from_secs(0),
+            duty: None,
             queues: 1,
             verify: false,
         }
@@ -111,6 +115,8 @@ pub const TENANT_KEYS: &[&str] = &[
     "runtime",
     "ramp",
     "delay",
+    "on",
+    "off",
     "queues",
     "verify",
 ];
@@ -153,6 +159,18 @@ impl TenantSpec {
             "runtime" => t.runtime = parse_duration(value).map_err(|e| format!("runtime: {e}"))?,
             "ramp" => t.ramp = parse_duration(value).map_err(|e| format!("ramp: {e}"))?,
             "delay" => t.delay = parse_duration(value).map_err(|e| format!("delay: {e}"))?,
+            "on" | "off" => {
+                let d = parse_duration(value).map_err(|e| format!("{key}: {e}"))?;
+                let duty = t.duty.get_or_insert(Duty {
+                    on: Duration::ZERO,
+                    off: Duration::ZERO,
+                });
+                if key == "on" {
+                    duty.on = d;
+                } else {
+                    duty.off = d;
+                }
+            }
             "queues" => t.queues = num(value)?.min(1 << 16) as usize,
             "verify" => {
                 t.verify = match value {
@@ -199,7 +217,32 @@ impl TenantSpec {
         if self.ramp >= self.runtime {
             return Err("ramp: must be shorter than runtime".into());
         }
+        if let Some(d) = self.duty {
+            if d.on.is_zero() || d.off.is_zero() {
+                return Err(format!(
+                    "on, off: give both, each positive (got on={:?}, off={:?})",
+                    d.on, d.off
+                ));
+            }
+        }
         Ok(())
+    }
+}
+
+/// A tenant's demand cycle: `on` issuing, then `off` idle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Duty {
+    pub on: Duration,
+    pub off: Duration,
+}
+
+impl Duty {
+    /// Where `elapsed` (time since the tenant started) falls in an off phase, the time
+    /// since the start at which the next on phase begins.
+    pub fn paused_until(&self, elapsed: Duration) -> Option<Duration> {
+        let cycle = self.on + self.off;
+        let into = Duration::from_nanos((elapsed.as_nanos() % cycle.as_nanos()) as u64);
+        (into >= self.on).then(|| elapsed - into + cycle)
     }
 }
 
@@ -220,6 +263,21 @@ mod tests {
         assert_eq!(t.iodepth, 4);
         assert_eq!(t.runtime, Duration::from_secs(2));
         assert_eq!(t.ramp, Duration::from_millis(500));
+    }
+
+    #[test]
+    fn a_duty_cycle_pauses_between_its_on_phases() {
+        let t = TenantSpec::parse("socket=a,on=2s,off=1s", &TenantSpec::default()).unwrap();
+        let duty = t.duty.unwrap();
+        let s = Duration::from_secs;
+        assert_eq!(duty.paused_until(s(0)), None);
+        assert_eq!(duty.paused_until(Duration::from_millis(1999)), None);
+        assert_eq!(duty.paused_until(s(2)), Some(s(3)));
+        assert_eq!(duty.paused_until(Duration::from_millis(2500)), Some(s(3)));
+        assert_eq!(duty.paused_until(s(3)), None);
+        assert_eq!(duty.paused_until(s(5)), Some(s(6)));
+        let e = TenantSpec::parse("socket=a,on=2s", &TenantSpec::default()).unwrap_err();
+        assert!(e.starts_with("on, off: give both"), "{e}");
     }
 
     #[test]

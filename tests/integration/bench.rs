@@ -249,3 +249,49 @@ fn bench_verify_passes_on_the_daemon_and_catches_data_changed_underneath() {
         "{dirty}"
     );
 }
+
+/// A tenant with `on=1s,off=1s` issues in its on seconds and is idle in its off seconds,
+/// paced or not: the per-second series alternates.
+#[test]
+fn bench_duty_cycle_alternates_busy_and_idle_seconds() {
+    let d = DaemonProcess::start(&config(
+        "direct = false\n[device.qos]\nenable = false\n",
+        &(volume("paced", 0, 8, "") + &volume("flat", 8, 8, "")),
+    ));
+    let tenant = |name: &str, rest: &str| {
+        format!(
+            "socket={},name={name},rw=randread,bs=4k,runtime=4s,on=1s,off=1s,{rest}",
+            d.socket(name)
+        )
+    };
+    let out = bench(
+        d.dir.path(),
+        &[
+            "--json",
+            "--progress",
+            "off",
+            "--tenant",
+            &tenant("paced", "iodepth=1,rate_iops=500"),
+            "--tenant",
+            &tenant("flat", "iodepth=8"),
+        ],
+    );
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for name in ["paced", "flat"] {
+        let r = result(&json, name);
+        let iops: Vec<u64> = r["per_second"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["iops"].as_u64().unwrap())
+            .collect();
+        assert_eq!(iops.len(), 4, "{name}: {iops:?}");
+        let (on, off) = (iops[0].min(iops[2]), iops[1].max(iops[3]));
+        // Requests issued just before a pause may complete just after it.
+        assert!(off <= 8 && on >= 400, "{name}: per second {iops:?}");
+        if name == "paced" {
+            // Paced: no catching up after a pause.
+            assert!(iops[2] <= 520, "{name}: per second {iops:?}");
+        }
+    }
+}
