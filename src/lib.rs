@@ -1,13 +1,33 @@
 //! vhost-iocost: a vhost-user-blk daemon that shares one host disk between many VMs
-//! with IOCost-style proportional, work-conserving QoS.
+//! with IOCost-style proportional, work-conserving QoS. `docs/design.md` explains the
+//! algorithm and the design; comments cite its sections as `design §N.M`.
 //!
 //! Layout:
-//! - [`backend`]: vhost-user glue, virtio-blk request parsing, io_uring engine (the data path).
-//! - [`cost_model`], [`qos`], [`planner`]: the QoS core, a pure library (no I/O, injectable clock).
-//! - [`emulated`]: a disk whose behaviour is known (the simulator's hardware and `kind = "emulated"`).
+//! - [`backend`]: the data path: vhost-user glue, virtio-blk request parsing, the
+//!   admission seam, device slots, the io_uring engine and the per-volume workers.
+//! - [`cost_model`]: what a request costs in device time (vtime units, the linear model,
+//!   presets, `[device.model]`).
+//! - [`qos`]: the per-device controller and the per-volume issue path (virtual time,
+//!   weights, hierarchical weights, `[device.qos]`, statistics).
+//! - [`planner`]: the per-period planner (latency signals, busy_level, vrate, idle
+//!   volumes, usage, donation). With [`cost_model`] and [`qos`] it forms the QoS core, a
+//!   pure library (no I/O, injectable clock).
+//! - [`emulated`]: a disk whose behaviour is known (the simulator's hardware and
+//!   `kind = "emulated"`), with fault injection.
 //! - [`sim`]: a deterministic simulator driving the QoS core in virtual time.
+//! - [`calibration`]: the cost model measured from the device at start-up when the
+//!   config gives none.
+//! - [`profile`]: `vhost-iocost profile`, measuring a disk for a model and QoS targets.
+//! - [`tune`]: `vhost-iocost tune`, checking a suggestion with a pinned-vrate sweep.
+//! - [`loadgen`]: `vhost-iocost bench`, a multi-tenant load generator over vhost-user.
 //! - [`config`]: the TOML configuration and its validation.
 //! - [`control`]: the REST control plane, metrics, persistence and the `ctl` client.
+//! - [`daemon`]: assembly of the daemon (disk, QoS tree, listeners, planner thread).
+//! - [`instance_lock`]: one daemon per host disk (an exclusive `flock` on it).
+//! - [`logging`]: the `tracing` setup, with rate limits for log lines a guest can cause.
+//! - [`sd_notify`]: systemd's readiness notification for `Type=notify` units.
+//! - [`socket_path`]: claiming a Unix socket path without removing anything but a stale
+//!   socket.
 
 pub mod backend;
 pub mod calibration;

@@ -1,7 +1,7 @@
-//! The data path's whole view of the QoS core: price and admit a request, report its
-//! completion. Everything else (weights, vtime, the planner) stays behind this trait, so
-//! the data path can run without QoS and the QoS core can be tested without a data path.
-//! The request description ([`IoRequest`]) is the QoS core's own plain-data type.
+//! The data path's whole view of the QoS core (design §8.3): price and admit a request,
+//! report its completion. Everything else (weights, vtime, the planner) stays behind this
+//! trait, so the data path can run without QoS and the QoS core can be tested without a
+//! data path. The request description ([`IoRequest`]) is the QoS core's own plain-data type.
 
 pub use crate::qos::{IoKind, IoRequest, Timing};
 

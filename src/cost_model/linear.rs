@@ -1,4 +1,4 @@
-//! The linear cost model of Linux `io.cost.model` (spec C.1, F.1).
+//! The linear cost model of Linux `io.cost.model` (design §2.2, §2.3).
 //!
 //! A device is described by six measured numbers: maximum sequential bandwidth and
 //! maximum 4 KiB sequential and random IOPS, for reads and for writes. They become three
@@ -90,7 +90,7 @@ pub fn calc_lcoefs(bps: u64, seqiops: u64, randiops: u64) -> (u64, u64, u64) {
 }
 
 impl LinearParams {
-    /// Derive the coefficients (spec C.1).
+    /// Derive the coefficients (design §2.2).
     pub fn coefs(&self) -> LinearCoefs {
         let (rpage, rseqio, rrandio) = calc_lcoefs(self.rbps, self.rseqiops, self.rrandiops);
         let (wpage, wseqio, wrandio) = calc_lcoefs(self.wbps, self.wseqiops, self.wrandiops);
@@ -301,7 +301,7 @@ mod tests {
         [c.rpage, c.rseqio, c.rrandio, c.wpage, c.wseqio, c.wrandio]
     }
 
-    /// The test vectors of spec C.1.
+    /// The coefficient table of design §2.2.
     #[test]
     fn preset_coefficients_match_spec_vectors() {
         assert_eq!(
@@ -335,7 +335,7 @@ mod tests {
         }
     }
 
-    /// The worked examples of spec C.1.
+    /// The worked examples of design §2.2.
     #[test]
     fn request_costs_match_spec_examples() {
         let ssd = LinearModel::new(Preset::Ssd.params());

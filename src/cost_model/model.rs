@@ -25,7 +25,7 @@ pub enum IoKind {
 }
 
 impl IoKind {
-    /// Reads and writes feed the latency QoS signal; other kinds do not (spec F.9).
+    /// Reads and writes feed the latency QoS signal; other kinds do not (design §3.7).
     pub fn is_data(self) -> bool {
         matches!(self, IoKind::Read | IoKind::Write)
     }
@@ -52,11 +52,11 @@ pub trait CostModel: Send + Sync + std::fmt::Debug {
     fn abs_cost(&self, input: &CostInput) -> u64;
 
     /// The size-proportional part of the cost of a read or write (transfer time), used
-    /// to credit large requests in the latency QoS check (spec F.1 "size-only cost").
+    /// to credit large requests in the latency QoS check (design §2.1 "size cost").
     fn size_cost(&self, kind: IoKind, len: u64) -> u64;
 
     /// Default completion-latency target (µs) for this kind of device, used when the QoS
-    /// configuration does not give one (spec B.3: HDD 250 ms, SSD 25 ms, fast SSD 5 ms).
+    /// configuration does not give one (design §2.4: HDD 250 ms, SSD 25 ms, fast SSD 5 ms).
     fn default_latency_us(&self) -> u32 {
         25_000
     }

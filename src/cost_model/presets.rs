@@ -1,4 +1,4 @@
-//! Built-in device presets: the kernel's "autop" table (spec B.3).
+//! Built-in device presets: the kernel's "autop" table (design §2.4).
 //!
 //! Each preset is the six measured numbers of the linear model plus the latency target
 //! the kernel uses for that device class. The kernel picks a preset automatically from

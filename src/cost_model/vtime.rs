@@ -1,14 +1,14 @@
 //! Virtual time ("vtime") units and the integer helpers every QoS computation uses.
 //!
 //! One second of device time at 100 % device speed is `2^37` vtime units, so one µs is
-//! 137 438 units and one ns 137 units (spec A.2, B.1). Costs, budgets and the device's
+//! 137 438 units and one ns 137 units (design §1.3). Costs, budgets and the device's
 //! global clock are all expressed in this unit. vtime is a `u64` that wraps (after about
 //! 4.25 years at 100 % vrate, about 15 days at 10 000 %), so ordering must always use the
 //! wrapping helpers [`after`], [`before`] and [`before_eq`], never `<`.
 //!
 //! Weights and hierarchical weights are fixed-point fractions of [`WEIGHT_ONE`] (= 1.0).
 //! Every product that can exceed 64 bits (`x * W`, `x * hw`, `x * vrate`) goes through
-//! `u128`, and every ceiling division of the spec is kept: rounding costs up prevents free
+//! `u128`, and every ceiling division of the kernel is kept: rounding costs up prevents free
 //! IO.
 
 /// 10^6, the ppm base.
@@ -98,7 +98,7 @@ pub fn vdiff(a: u64, b: u64) -> i64 {
 }
 
 /// Local vtime a group with hierarchical share `hw` must spend for an absolute cost
-/// (spec E.2): `⌈abs · W / hw⌉`, capped at [`MAX_LOCAL_COST`].
+/// (design §3.2): `⌈abs · W / hw⌉`, capped at [`MAX_LOCAL_COST`].
 #[inline]
 pub fn abs_cost_to_cost(abs: u64, hw: u32) -> u64 {
     let hw = hw.max(1);

@@ -1,4 +1,5 @@
-//! The busy_level state machine (spec G.7, with the J.1 guard).
+//! The busy_level state machine (design §5.6, with the guard for windows without
+//! completions).
 //!
 //! busy_level counts consecutive latency windows (one or more periods, see
 //! [`super::lat_stat::LatWindow`]) in which the device looked saturated (positive) or in
@@ -18,7 +19,7 @@
 //!   it never counts as saturated.
 //! * In between: hold at 0 (hysteresis band).
 //!
-//! J.1 guard: a period in which nothing completed while IO was lagging says nothing
+//! Empty-window guard: a window in which nothing completed while IO was lagging says nothing
 //! about latency (no samples), so busy_level is kept, clamped to ±4, instead of being
 //! reset by a meaningless "all targets met". Deviation: "nothing completed" means nothing
 //! in a direction with a latency target; a reader starved behind a writer's queue

@@ -1,4 +1,4 @@
-//! Who has budget to spare and who is short (spec G.4, G.5).
+//! Who has budget to spare and who is short (design §6.3, §6.4, §5.5).
 //!
 //! For every active volume the planner looks at its remaining budget:
 //!
@@ -103,7 +103,7 @@ pub(crate) fn classify(dev: &DeviceShared, st: &mut DeviceState, ctx: &PeriodCtx
     (demand, usage_us_sum)
 }
 
-/// The hweight_inuse a surplus candidate should keep (spec G.5).
+/// The hweight_inuse a surplus candidate should keep (design §6.4).
 fn hweight_after_donation(
     margins: &Margins,
     vtime_err: &mut i64,

@@ -1,4 +1,4 @@
-//! Budget donation: turning donors' target hweights into weights (spec G.6).
+//! Budget donation: turning donors' target hweights into weights (design §6.5).
 //!
 //! The classification step decided, for every donor leaf, the hweight_inuse it should
 //! keep (`after`, a fraction of the device). Hierarchical weights cannot be set

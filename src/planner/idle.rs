@@ -1,4 +1,4 @@
-//! Deactivating volumes that went idle (spec G.2).
+//! Deactivating volumes that went idle (design §6.1).
 //!
 //! A volume stays active while it offers at least one request per period or has
 //! requests in flight or waiting. Once a whole period passes without any of that, it

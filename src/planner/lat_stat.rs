@@ -1,4 +1,4 @@
-//! Latency and device-slot wait over the last period (spec G.1).
+//! Latency and device-slot wait over the last period (design §5.3, §5.4).
 //!
 //! Completions report whether they met the latency target and how long they waited for
 //! a device slot; the counters are monotonic per volume. The planner takes the

@@ -1,4 +1,4 @@
-//! The per-period planner (spec G): the slow half of IOCost.
+//! The per-period planner (design §5, §6): the slow half of IOCost.
 //!
 //! The issue path only compares clocks. Everything that needs a view of the whole
 //! device happens here, once per planning period (a multiple of the latency target,
@@ -27,7 +27,7 @@
 //!    rises by a step that grows with the starved streak, within the configured
 //!    bounds; discarded budget is compensated.
 //!
-//! The order follows the kernel's `ioc_timer_fn` (spec G.0).
+//! The order follows the kernel's `ioc_timer_fn` (design §5.2).
 
 pub(crate) mod busy;
 pub(crate) mod classify;

@@ -5,7 +5,7 @@ use crate::qos::{
     Admission, Clock, IoKind, IoRequest, ManualClock, PeriodRecord, QosDevice, VolumeQos,
 };
 
-/// The worked example of spec G.6: root with A(100) and B(100), both active. A used
+/// The worked example of design §6.5: root with A(100) and B(100), both active. A used
 /// 10 % of the device and ends the period with 50 % budget; B is short.
 #[test]
 fn donation_matches_the_spec_worked_example() {

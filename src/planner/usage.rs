@@ -1,4 +1,4 @@
-//! Usage accounting (spec G.3).
+//! Usage accounting (design §6.2).
 //!
 //! Every admitted request adds its absolute cost to its volume's usage counter. Once
 //! per period the planner converts the increase into device-µs at the current base

@@ -1,4 +1,4 @@
-//! vrate: how fast global vtime runs (spec G.8, G.11).
+//! vrate: how fast global vtime runs (design §5.7, §5.8).
 //!
 //! The *base* vrate is the planner's estimate of how fast the device really is relative
 //! to the cost model. It moves once per judged latency window ([`super::lat_stat`]) by a
@@ -25,7 +25,8 @@
 //! Measured on the real file: a writer joining a QD1 reader with vrate at 200 % (the
 //! model was pessimistic) kept the reader's reads at 3–4 ms for 47 periods (1.9 s)
 //! while the table walked vrate down to 82 %; 16 % per period takes 5. One gross
-//! period alone (a host stall) moves nothing.
+//! period alone (a host stall) does not take the 16 % step; it moves vrate as any busy
+//! window does.
 //!
 //! The *effective* vrate, at which vnow actually runs, adds a temporary compensation for
 //! budget the planner discarded (above-target budget of idle or donating volumes), so
@@ -46,7 +47,7 @@ pub const GROSS_STREAK: u32 = 2;
 /// Step when vrate is outside its bounds, percent per period.
 pub const VRATE_CLAMP_ADJ_PCT: u64 = 4;
 
-/// Adjustment percentage for a |busy_level| (spec B.2).
+/// Adjustment percentage for a |busy_level| (design §5.7).
 pub fn vrate_adj_pct(abs_busy_level: u32) -> u64 {
     match abs_busy_level.min(52) {
         0..=3 => 0,
@@ -58,7 +59,7 @@ pub fn vrate_adj_pct(abs_busy_level: u32) -> u64 {
     }
 }
 
-/// Move the base vrate according to busy_level (spec G.8).
+/// Move the base vrate according to busy_level (design §5.7).
 pub(crate) fn adjust_base_vrate(dev: &DeviceShared, st: &mut DeviceState, nr_lagging: u32) {
     let busy = st.busy_level;
     if busy == 0 || (busy < 0 && nr_lagging > 0) {
@@ -86,7 +87,7 @@ pub(crate) fn adjust_base_vrate(dev: &DeviceShared, st: &mut DeviceState, nr_lag
     dev.set_base_rate(st, v);
 }
 
-/// Set the effective rate for the coming period, compensating lost vtime (spec G.11).
+/// Set the effective rate for the coming period, compensating lost vtime (design §5.8).
 pub(crate) fn refresh_vrate(dev: &DeviceShared, st: &mut DeviceState, now: Now) {
     let (period_at_ns, _, _) = dev.vclock.read();
     let period_us = dev.params().period_us as i64;

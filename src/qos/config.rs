@@ -15,10 +15,11 @@
 //! model's preset (HDD 250 ms, SSD 25 ms, fast SSD 5 ms), vrate within 25 %..400 %.
 //!
 //! Deviation from the kernel defaults (rpct = wpct = 0, min = 1 %, max = 10 000 %): the
-//! daemon may run without a bounded device queue, and then the rq-wait signal is always
-//! zero (spec A.3, K.6). Without a latency signal vrate would only ever rise, so latency
-//! QoS is on by default, and the bounds are narrower so that a bad model or a misleading
-//! signal cannot starve or flood the device.
+//! daemon's device queue is deep (`device.queue_depth`, 256 by default), so requests
+//! rarely wait for a slot and the rq-wait signal is mostly zero (design §5.3). Without a
+//! latency signal vrate would only ever rise, so latency QoS is on by default, and the
+//! bounds are narrower so that a bad model or a misleading signal cannot starve or flood
+//! the device.
 
 use std::fmt;
 

@@ -56,7 +56,7 @@ pub(crate) struct DeviceState {
     pub active: Vec<(NodeId, Arc<VolumeCore>)>,
     /// Planner-controlled vrate (vtime per µs). Budgets, margins and usage use it.
     pub vtime_base_rate: u64,
-    /// Effective rate = base + loss compensation (spec G.11); vnow runs at it.
+    /// Effective rate = base + loss compensation (design §5.8); vnow runs at it.
     pub vtime_rate: u64,
     /// Discarded vtime awaiting compensation (negative = lost).
     pub vtime_err: i64,
@@ -130,7 +130,6 @@ impl DeviceShared {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Consistent wall + virtual time snapshot (spec E.1).
     /// At most one volume is active and none other has been for [`ALONE_AFTER_NS`]:
     /// there is nobody to protect (`VolumeQos::admit_at`, `planner::plan`). The delay
     /// keeps a neighbour that pauses between requests, as a paced reader does for a
@@ -153,6 +152,7 @@ impl DeviceShared {
         }
     }
 
+    /// Consistent wall + virtual time snapshot (design §3.1).
     pub(crate) fn now(&self) -> Now {
         self.now_at(self.clock.now_ns())
     }
@@ -355,7 +355,7 @@ impl QosDevice {
         }))
     }
 
-    /// Change the weight of a group or volume (spec E.6). Takes effect on the next
+    /// Change the weight of a group or volume (design §4.5). Takes effect on the next
     /// admission of every affected volume.
     pub fn set_weight(&self, name: &str, weight: u32) -> Result<(), QosError> {
         check_weight(name, weight)?;
@@ -419,7 +419,7 @@ impl QosDevice {
         }
     }
 
-    /// Run the planner if the current period is over (spec G). Returns the time in ns
+    /// Run the planner if the current period is over (design §5). Returns the time in ns
     /// until the next call is due: the caller sleeps that long and calls again. A call
     /// before the period is over does nothing but return the remaining time, so an
     /// early or unaligned wakeup is harmless.

@@ -50,14 +50,15 @@
 //! # Deviations from the kernel, in one place
 //!
 //! * FLUSH, DISCARD and WRITE_ZEROES are priced and throttled (they are free there).
-//! * No "must issue" class, so no debt, delay or debt forgiveness (spec F.7, G.10): every
+//! * No "must issue" class, so no debt, delay or debt forgiveness (design §3.8): every
 //!   guest request can wait. The kernel's debt machinery only serves swap, metadata and
 //!   merges, none of which exist here.
-//! * No automatic preset switching (spec C.4): the preset comes from configuration.
+//! * No automatic preset switching (design §2.4): the preset comes from configuration.
 //! * The core does not own wait queues or timers; it returns a retry time, and the
 //!   planner cannot kick waiters itself (the caller re-offers heads after each `plan`).
 //! * `plan()` may be called at any time and only runs when a period is due.
-//! * The busy_level guard of spec J.1 (no completions in a period) is implemented.
+//! * busy_level is kept, not reset, by a window without completions while IO is lagging
+//!   (design §5.6).
 //! * Latency and usage counters are per volume (atomics), not per CPU.
 //! * The shortest planning period is 10 ms, not 1 ms ([`params`]), and latency is
 //!   judged over windows of periods holding enough completions

@@ -1,4 +1,4 @@
-//! Parameters derived from the QoS configuration (spec C.2).
+//! Parameters derived from the QoS configuration (design §5.1, §3.2).
 //!
 //! The planning period is a multiple of the larger latency target: long enough that a
 //! period holds enough completions to judge the percentile, short enough for fine
@@ -21,7 +21,7 @@ use super::config::QosConfig;
 
 /// Shortest planning period, µs.
 pub const MIN_PERIOD_US: u64 = 10_000;
-/// The kernel's shortest period, µs (kept for the spec's test vectors).
+/// The kernel's shortest period, µs (kept for the kernel's test vectors, design §5.1).
 #[cfg(test)]
 const KERNEL_MIN_PERIOD_US: u64 = 1_000;
 /// Longest planning period, µs.
@@ -78,7 +78,7 @@ fn pct_to_ppm(pct: f64) -> u64 {
     (pct * 10_000.0).round().max(0.0) as u64
 }
 
-/// The planning period for the given targets (spec C.2).
+/// The planning period for the given targets (design §5.1).
 pub fn period_us(rppm: u32, rlat_us: u32, wppm: u32, wlat_us: u32) -> u64 {
     let (ppm, lat) = if rlat_us >= wlat_us {
         (rppm, rlat_us)
@@ -154,7 +154,7 @@ impl QosParams {
 mod tests {
     use super::*;
 
-    /// The period test vectors of spec C.2, with the daemon's 10 ms floor where the
+    /// The period test vectors of design §5.1, with the daemon's 10 ms floor where the
     /// kernel's would be shorter.
     #[test]
     fn period_matches_spec_vectors() {

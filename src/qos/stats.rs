@@ -1,4 +1,4 @@
-//! Statistics snapshots (spec H): what operators and the simulator look at.
+//! Statistics snapshots (design §10.3): what operators and the simulator look at.
 //!
 //! Percentages are plain `f64` percent (0..=100, vrate up to 10 000); raw fixed-point
 //! values (×65536) are included for exact comparisons.

@@ -28,7 +28,7 @@ fn handles_are_send_and_sync() {
     check::<Arc<VolumeQos>>();
 }
 
-/// The kernel header's example (spec E.3): A0 gets 100/400 · 100/200 = 12.5 %.
+/// The kernel header's example (design §4.2): A0 gets 100/400 · 100/200 = 12.5 %.
 #[test]
 fn hierarchical_weights_of_the_kernel_example() {
     let (dev, _clock) = device(&qos_10ms());

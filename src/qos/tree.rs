@@ -6,7 +6,7 @@
 //! to another group ([`Tree::reparent`], under the device lock); the volume's path is then
 //! replaced as a whole and the hweight generation bumped.
 //!
-//! Weight propagation (spec E.4): when a volume becomes active, goes idle or changes its
+//! Weight propagation (design §4.3): when a volume becomes active, goes idle or changes its
 //! `inuse`, the change is pushed up the tree. Each parent's child sums are adjusted and
 //! the parent's own `active`/`inuse` recomputed (`active` = weight while any child is
 //! active, `inuse` scaled by the fraction of its children's weight still in use); the walk
@@ -53,7 +53,7 @@ pub(crate) struct TreeNode {
     pub last_rq_wait_ns: u64,
     pub last_lat_sum_us: [u64; 2],
     pub last_lat_sq_sum: [u64; 2],
-    // --- donation scratch (spec G.6), valid during one planner run ---
+    // --- donation scratch (design §6.5), valid during one planner run ---
     pub hweight_donating: u32,
     pub hweight_after: u32,
     pub stamp: u64,
@@ -156,7 +156,7 @@ impl Tree {
             .collect()
     }
 
-    /// Set a node's `active`/`inuse` and push the change up (spec E.4). `save_vnow`:
+    /// Set a node's `active`/`inuse` and push the change up (design §4.3). `save_vnow`:
     /// remember the volume's current budget as its `saved_margin` (the snapback
     /// reference point).
     pub(crate) fn propagate(

@@ -1,4 +1,4 @@
-//! The issue path of one volume (spec F): price, activate, decide, charge.
+//! The issue path of one volume (design §3): price, activate, decide, charge.
 //!
 //! Each volume has a local vtime cursor. An admitted request advances it by its *local*
 //! cost, `abs_cost / hweight_inuse`: a volume with a 25 % share pays four times the
@@ -10,7 +10,7 @@
 //! The common case takes no lock and makes no syscall beyond the clock read: a few
 //! atomic loads, one generation check of the cached hweights and one atomic add. The
 //! device lock is taken only to activate an idle volume, to take back a donation when
-//! the volume runs short ("snapback", spec F.4), and when a throttled volume still
+//! the volume runs short ("snapback", design §3.5), and when a throttled volume still
 //! donates (a volume with waiters always holds its full weight).
 //!
 //! The core does not queue. On [`Admission::Wait`] the caller parks the request in the
@@ -36,7 +36,7 @@ use super::tree::NodeId;
 use super::vclock::Now;
 use super::weights::{compute_hweights, pack_cache, unpack_cache, NodeWeights};
 
-/// Snapback step: raise inuse by 25 % of active per step (spec B.1).
+/// Snapback step: raise inuse by 25 % of active per step (design §3.5).
 const INUSE_ADJ_STEP_PCT: u64 = 25;
 
 /// Latency-QoS counters, per volume (the kernel keeps them per CPU). Monotonic and
@@ -172,7 +172,7 @@ impl VolumeCore {
         );
     }
 
-    /// Is the volume idle: nothing offered this period and nothing in flight (spec G.2)?
+    /// Is the volume idle: nothing offered this period and nothing in flight (design §6.1)?
     pub(crate) fn is_idle(&self, cur_period: u64) -> bool {
         self.active_period.load(Relaxed) != cur_period
             && self.done_vtime.load(Relaxed) == self.vtime.load(Relaxed)
@@ -433,7 +433,7 @@ impl VolumeQos {
         })
     }
 
-    /// Make sure the volume is active (spec F.3) and return the clock snapshot.
+    /// Make sure the volume is active (design §3.3) and return the clock snapshot.
     fn activate(&self, now_ns: u64) -> Now {
         let dev = &*self.dev;
         let v = &*self.core;
@@ -477,7 +477,7 @@ impl VolumeQos {
     }
 
     /// Cost at the current hweight_inuse; takes back donated weight in 25 % steps when
-    /// the budget has become low (spec F.4).
+    /// the budget has become low (design §3.5).
     fn adjust_inuse_and_calc_cost(&self, vtime: u64, abs: u64, now: &Now) -> u64 {
         let dev = &*self.dev;
         let v = &*self.core;
@@ -548,7 +548,7 @@ impl VolumeQos {
             v.wait_since_ns.store(now.now_ns, Relaxed);
             v.waiting.store(true, Relaxed);
         }
-        // Sleep for the shortage at the base rate, plus timer slack (spec F.6).
+        // Sleep for the shortage at the base rate, plus timer slack (design §3.6).
         let shortage = vtime.wrapping_add(cost).wrapping_sub(now.vnow);
         let rate = dev.base_rate.load(Relaxed).max(1);
         let wait_us = cdiv(shortage, rate);

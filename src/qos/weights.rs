@@ -1,4 +1,4 @@
-//! Weights and hierarchical weights (spec E.3 - E.5).
+//! Weights and hierarchical weights (design §4.1 - §4.4).
 //!
 //! Every node of the tree has a configured `weight` and, while it has IO to do, an
 //! `active` weight (= weight) and an `inuse` weight (≤ active). Weights only mean
@@ -57,7 +57,7 @@ impl NodeWeights {
 }
 
 /// `(hweight_active, hweight_inuse)` of the last node of `path` (root first), computed
-/// top-down from the current weights (spec E.3). Lock-free; a racing (de)activation can
+/// top-down from the current weights (design §4.2). Lock-free; a racing (de)activation can
 /// make one computation slightly off, which the next generation corrects.
 pub(crate) fn compute_hweights(path: &[Arc<NodeWeights>]) -> (u32, u32) {
     let one = u64::from(WEIGHT_ONE);
@@ -78,7 +78,7 @@ pub(crate) fn compute_hweights(path: &[Arc<NodeWeights>]) -> (u32, u32) {
 }
 
 /// The hweight_inuse the last node of `path` would have if its own `inuse` were raised
-/// to its `active`, everything else unchanged (spec E.5).
+/// to its `active`, everything else unchanged (design §4.4).
 pub(crate) fn compute_hweight_max(path: &[Arc<NodeWeights>]) -> u32 {
     let Some(me) = path.last() else {
         return WEIGHT_ONE;
