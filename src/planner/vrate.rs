@@ -96,7 +96,12 @@ pub(crate) fn refresh_vrate(dev: &DeviceShared, st: &mut DeviceState, now: Now) 
     let vperiod = period_us.saturating_mul(base);
     let mut rate = base;
     if pleft > 0 {
-        let vcomp = (-(st.vtime_err / pleft)).clamp(-(base >> 1), base);
+        // Deviation: lost budget is not handed out again (the kernel lets vnow run up to
+        // twice as fast for it), design §5.8. It is mostly the budget of readers that went
+        // idle, and a faster vnow gives it to whoever is throttled, a deep-queued writer,
+        // just as those readers return. The vrate search recovers capacity really spare.
+        let vcomp_max = 0;
+        let vcomp = (-(st.vtime_err / pleft)).clamp(-(base >> 1), vcomp_max);
         st.vtime_err = st.vtime_err.saturating_add(vcomp.saturating_mul(pleft));
         rate = base + vcomp;
     }

@@ -81,7 +81,9 @@ fn parse_scratch(s: &str) -> Result<Scratch, String> {
     let (offset, size) = s
         .split_once(':')
         .ok_or_else(|| format!("expected OFFSET:SIZE, e.g. 60GiB:4GiB (got {s:?})"))?;
-    let offset = ByteSize::parse(offset).map_err(|e| format!("OFFSET: {e}"))?.0;
+    let offset = ByteSize::parse(offset)
+        .map_err(|e| format!("OFFSET: {e}"))?
+        .0;
     let size = ByteSize::parse(size).map_err(|e| format!("SIZE: {e}"))?.0;
     if offset % 4096 != 0 || size % 4096 != 0 {
         return Err(format!(
@@ -89,7 +91,11 @@ fn parse_scratch(s: &str) -> Result<Scratch, String> {
         ));
     }
     if size < MIN_SCRATCH {
-        return Err(format!("SIZE must be at least {} (got {})", ByteSize(MIN_SCRATCH), ByteSize(size)));
+        return Err(format!(
+            "SIZE must be at least {} (got {})",
+            ByteSize(MIN_SCRATCH),
+            ByteSize(size)
+        ));
     }
     Ok(Scratch { offset, size })
 }

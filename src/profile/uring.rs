@@ -94,8 +94,10 @@ impl Target for UringTarget {
                     next_block = (next_block + 1) % blocks;
                     next_block
                 };
-                let (iovecs_ptr, offset) =
-                    (&iovecs[slot] as *const libc::iovec, base + block * job.block_size);
+                let (iovecs_ptr, offset) = (
+                    &iovecs[slot] as *const libc::iovec,
+                    base + block * job.block_size,
+                );
                 let op = if job.pattern.is_write() {
                     DeviceOp::Writev {
                         iovecs: iovecs_ptr,

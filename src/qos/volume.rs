@@ -236,12 +236,7 @@ impl VolumeQos {
         }
         let now = self.activate(now_ns);
         if dev.alone(now.now_ns) {
-            // Alone on the device: nobody to protect, so nothing to throttle (a lone
-            // tenant is never slower than with QoS off, whatever the model says). Its
-            // usage counts; its vtime does not advance, and the budget it does not use
-            // is capped by the planner as for any volume, so it starts from at most
-            // about a period's budget when a neighbour arrives.
-            return self.go(io, abs, abs, 0, now.now_ns);
+            return self.go_alone(io, abs, &now);
         }
         let vtime = v.vtime.load(Relaxed);
         let cost = self.adjust_inuse_and_calc_cost(vtime, abs, &now);
@@ -431,6 +426,24 @@ impl VolumeQos {
             cost,
             abs_cost: abs,
         })
+    }
+
+    /// Alone on the device: nobody to protect, so nothing to throttle (a lone tenant is
+    /// never slower than with QoS off, whatever the model says), design §5.9. What it has
+    /// in flight stays charged at its absolute cost, and only that: what it completed
+    /// ahead of vnow is forgiven. So a neighbour arriving finds it owing exactly the
+    /// device time of its queue, and it waits until the device has worked that off
+    /// rather than keeping the device full while the neighbour's first requests queue
+    /// behind it.
+    fn go_alone(&self, io: &IoRequest, abs: u64, now: &Now) -> Admission {
+        let v = &*self.core;
+        let go = self.go(io, abs, abs, abs, now.now_ns);
+        let ahead = vdiff(v.done_vtime.load(Relaxed), now.vnow);
+        if ahead > 0 {
+            v.vtime.fetch_sub(ahead as u64, Relaxed);
+            v.done_vtime.fetch_sub(ahead as u64, Relaxed);
+        }
+        go
     }
 
     /// Make sure the volume is active (design §3.3) and return the clock snapshot.
