@@ -16,7 +16,7 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use vhost_iocost::cost_model::{ModelConfig, Preset};
 use vhost_iocost::qos::{
-    Admission, Charge, Clock, IoKind, IoRequest, ManualClock, MonotonicClock, QosConfig, QosDevice,
+    Charge, Clock, Decision, IoKind, IoRequest, ManualClock, MonotonicClock, QosConfig, QosDevice,
     Timing, VolumeQos,
 };
 
@@ -53,7 +53,7 @@ fn admit_complete_batch32(c: &mut Criterion) {
                     offset,
                     len: 4096,
                 };
-                if let Admission::Go(ch) = vol.admit_at(black_box(&io), now) {
+                if let Decision::Go(ch) = vol.admit_at(black_box(&io), now) {
                     let timing = Timing {
                         admitted_ns: now,
                         submitted_ns: now,
@@ -80,8 +80,8 @@ fn admit_complete(c: &mut Criterion) {
                 len: 4096,
             };
             match vol.admit(black_box(&io)) {
-                Admission::Go(ch) => vol.complete(&ch, 1, 2, 3),
-                Admission::Wait { until_ns } => {
+                Decision::Go(ch) => vol.complete(&ch, 1, 2, 3),
+                Decision::Wait { until_ns } => {
                     black_box(until_ns);
                 }
             }
@@ -124,7 +124,7 @@ fn plan_10k(c: &mut Criterion) {
                     if let Some(ch) = slot.take() {
                         v.complete(&ch, 1, 2, 3);
                     }
-                    if let Admission::Go(ch) = v.admit(&io) {
+                    if let Decision::Go(ch) = v.admit(&io) {
                         *slot = Some(ch);
                     }
                 }

@@ -33,15 +33,16 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{DeviceConfig, DeviceKind};
+use crate::config::DeviceConfig;
 use crate::cost_model::ModelConfig;
+use crate::duration::DurationUs;
 use crate::profile::allocation::check_allocated;
 use crate::profile::plan::WRITE_ESTIMATE;
 use crate::profile::simulated::SimTarget;
 use crate::profile::suggest::{without_write_signal, DEFAULT_PERCENTILE};
 use crate::profile::uring::UringTarget;
 use crate::profile::{profile, suggest_qos, Plan, Profile, Target};
-use crate::qos::{DurationUs, QosConfig};
+use crate::qos::QosConfig;
 
 /// Run time of each calibration job (four jobs: about two seconds in all).
 pub const CALIBRATION_JOB: Duration = Duration::from_millis(500);
@@ -106,7 +107,7 @@ impl Calibration {
 
 /// Whether the config leaves the model to calibration: no `[device.model]` keys at all.
 pub fn wanted(cfg: &DeviceConfig) -> bool {
-    cfg.kind != DeviceKind::Null && cfg.model == ModelConfig::default()
+    cfg.kind.has_file() && cfg.model == ModelConfig::default()
 }
 
 fn device_name(cfg: &DeviceConfig) -> Option<String> {

@@ -12,7 +12,7 @@ use std::os::unix::fs::MetadataExt;
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 
-use crate::config::{DeviceConfig, DeviceKind};
+use crate::config::DeviceConfig;
 
 /// The held lock; released when dropped (or when the process exits).
 #[derive(Debug)]
@@ -25,7 +25,7 @@ impl InstanceLock {
     /// `create_size` is given (so the first instance holds the lock from the start).
     /// The null device has nothing to lock.
     pub fn acquire(cfg: &DeviceConfig) -> Result<Option<InstanceLock>, String> {
-        if cfg.kind == DeviceKind::Null {
+        if !cfg.kind.has_file() {
             return Ok(None);
         }
         let Some(path) = cfg.path.as_deref() else {

@@ -23,8 +23,10 @@
 //! - [`config`]: the TOML configuration and its validation.
 //! - [`control`]: the REST control plane, metrics, persistence and the `ctl` client.
 //! - [`daemon`]: assembly of the daemon (disk, QoS tree, listeners, planner thread).
+//! - [`duration`]: durations as configs, the API and job files write them.
 //! - [`instance_lock`]: one daemon per host disk (an exclusive `flock` on it).
 //! - [`logging`]: the `tracing` setup, with rate limits for log lines a guest can cause.
+//! - [`rng`]: a small deterministic PRNG (simulator, load generator, profile).
 //! - [`sd_notify`]: systemd's readiness notification for `Type=notify` units.
 //! - [`socket_path`]: claiming a Unix socket path without removing anything but a stale
 //!   socket.
@@ -35,6 +37,7 @@ pub mod config;
 pub mod control;
 pub mod cost_model;
 pub mod daemon;
+pub mod duration;
 pub mod emulated;
 pub mod instance_lock;
 pub mod loadgen;
@@ -42,6 +45,7 @@ pub mod logging;
 pub mod planner;
 pub mod profile;
 pub mod qos;
+pub mod rng;
 pub mod sd_notify;
 pub mod sim;
 pub mod socket_path;

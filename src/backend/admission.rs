@@ -3,25 +3,16 @@
 //! trait, so the data path can run without QoS and the QoS core can be tested without a
 //! data path. The request description ([`IoRequest`]) is the QoS core's own plain-data type.
 
-pub use crate::qos::{IoKind, IoRequest, Timing};
-
-/// The answer to "may this request go to the device now?".
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Decision<T> {
-    /// Issue now; the cost is already charged. Hand the ticket back on completion.
-    Go(T),
-    /// Not yet: ask again for the same request at (or after) this monotonic time.
-    WaitUntil { ns: u64 },
-}
+pub use crate::qos::{Decision, IoKind, IoRequest, Timing};
 
 /// Admission control for one volume. Called only from that volume's worker thread, in FIFO
-/// order: after a `WaitUntil`, the same request is offered again before any later one.
+/// order: after a `Decision::Wait`, the same request is offered again before any later one.
 /// The worker calls in batches (every request popped on a kick, every completion reaped
 /// on a wake-up), so the clock is read once per batch and completions are reported
 /// together: at a million requests per second every nanosecond here shows.
 pub trait Admission: Send + Sync + 'static {
     type Ticket: Copy + Send + 'static;
-    /// The clock `Decision::WaitUntil` and `Timing` are expressed in.
+    /// The clock `Decision::Wait` and `Timing` are expressed in.
     fn now_ns(&self) -> u64;
     /// Price and decide `io` at `now_ns`, a reading of [`Admission::now_ns`] taken for
     /// the current batch.
@@ -56,10 +47,7 @@ impl Admission for crate::qos::VolumeQos {
         self.dev.clock.now_ns()
     }
     fn admit(&self, io: &IoRequest, now_ns: u64) -> Decision<crate::qos::Charge> {
-        match self.admit_at(io, now_ns) {
-            crate::qos::Admission::Go(charge) => Decision::Go(charge),
-            crate::qos::Admission::Wait { until_ns } => Decision::WaitUntil { ns: until_ns },
-        }
+        self.admit_at(io, now_ns)
     }
     fn complete(&self, done: &[(crate::qos::Charge, Timing)]) {
         self.complete_batch(done)

@@ -1,7 +1,7 @@
 //! The host disk that holds every volume: opening (or creating) it, its size, and the
 //! alignment O_DIRECT demands.
 
-use crate::config::{DeviceConfig, DeviceKind};
+use crate::config::DeviceConfig;
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
@@ -35,13 +35,18 @@ pub struct HostDisk {
     pub direct: bool,
 }
 
+/// The null device's size: `create_size`, or as large as offsets go.
+fn null_size(cfg: &DeviceConfig) -> u64 {
+    cfg.create_size.map_or(u64::MAX, |s| s.0)
+}
+
 impl HostDisk {
     pub fn open(cfg: &DeviceConfig) -> Result<Self, DiskError> {
-        if cfg.kind == DeviceKind::Null {
+        if !cfg.kind.has_file() {
             return Ok(HostDisk {
                 file: None,
                 path: None,
-                size: cfg.create_size.map_or(u64::MAX, |s| s.0),
+                size: null_size(cfg),
                 block_size: 512,
                 mem_align: 1,
                 direct: false,
@@ -177,8 +182,8 @@ impl HostDisk {
     /// existing path is opened read-only; a missing one that would be created reports
     /// `create_size`.
     pub fn probe(cfg: &DeviceConfig) -> Result<(u64, u64), DiskError> {
-        if cfg.kind == DeviceKind::Null {
-            return Ok((cfg.create_size.map_or(u64::MAX, |s| s.0), 512));
+        if !cfg.kind.has_file() {
+            return Ok((null_size(cfg), 512));
         }
         let path = cfg
             .path

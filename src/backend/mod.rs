@@ -19,7 +19,6 @@ pub mod disk;
 pub mod engine;
 pub mod guest_memory;
 pub mod handshake;
-pub mod ratelimit;
 pub mod request;
 pub mod server;
 pub mod sigbus;

@@ -46,7 +46,7 @@ pub struct VolumeBackend<A: Admission> {
     /// This connection's first message ([`super::handshake`]).
     pub handshake: Arc<super::handshake::Handshake>,
     /// Refused memory tables are logged at most once a second.
-    refused: Mutex<super::ratelimit::RateLimiter>,
+    refused: Mutex<crate::logging::LogLimiter>,
     /// The accepted memory table's regions, guarded against SIGBUS
     /// ([`super::sigbus`]).
     guarded: Mutex<super::sigbus::Registration>,
@@ -63,7 +63,7 @@ impl<A: Admission> VolumeBackend<A> {
             tokens: Tokens::for_queues(volume.num_queues),
             handshake: Arc::default(),
             mem: RwLock::new(GuestMemoryAtomic::new(Mem::new())),
-            refused: Mutex::new(super::ratelimit::RateLimiter::new(
+            refused: Mutex::new(crate::logging::LogLimiter::new(
                 std::time::Duration::from_secs(1),
             )),
             guarded: Mutex::new(super::sigbus::Registration::default()),

@@ -12,11 +12,11 @@ use super::admission::{Admission, Decision, IoKind, IoRequest, Timing};
 use super::bounce::BounceBuffer;
 use super::chain;
 use super::engine::{monotonic_now_ns, DeviceOp, Engine};
-use super::ratelimit::RateLimiter;
 use super::request::{self, ChainLayout, Request, RequestError, RequestKind, Segment};
 use super::volume::{Volume, VolumeCounters};
 use crate::cost_model::CostInput;
 use crate::emulated::faults::{Fault, FaultError};
+use crate::logging::LogLimiter;
 use std::collections::VecDeque;
 use std::io;
 use std::sync::Arc;
@@ -105,7 +105,7 @@ pub struct Worker<A: Admission> {
     /// never have more than the ring size outstanding; this bounds what a guest can make
     /// the worker hold.
     outstanding: Vec<u32>,
-    warn: RateLimiter,
+    warn: LogLimiter,
     /// Scratch space reused per request or batch, so the hot path does not allocate:
     /// reaped completions, the descriptor layout of the chain being parsed, and iovec
     /// arrays returned by completed requests.
@@ -157,7 +157,7 @@ impl<A: Admission> Worker<A> {
             shutting_down: false,
             broken: 0,
             outstanding: vec![0; usize::from(volume.num_queues)],
-            warn: RateLimiter::new(Duration::from_secs(1)),
+            warn: LogLimiter::new(Duration::from_secs(1)),
             reaped: Vec::with_capacity(depth.min(4096) as usize),
             layout: ChainLayout::default(),
             settled: Vec::with_capacity(depth.min(4096) as usize),
@@ -481,7 +481,7 @@ impl<A: Admission> Worker<A> {
                         head.ticket = Some(t);
                         head.admitted_ns = now;
                     }
-                    Decision::WaitUntil { ns } => {
+                    Decision::Wait { until_ns: ns } => {
                         self.arm_timer(ns, now)?;
                         return Ok(());
                     }

@@ -16,10 +16,6 @@ use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-/// Weight range shared by groups and volumes (as in Linux `io.weight`).
-pub const WEIGHT_MIN: u32 = 1;
-pub const WEIGHT_MAX: u32 = 10_000;
-pub const DEFAULT_WEIGHT: u32 = 100;
 /// The name of the implicit root of the group hierarchy.
 pub const ROOT_GROUP: &str = "root";
 /// virtio-blk GET_ID returns at most this many bytes.
@@ -179,7 +175,7 @@ fn default_queue_depth() -> u32 {
     256
 }
 fn default_weight() -> u32 {
-    DEFAULT_WEIGHT
+    crate::qos::WEIGHT_DEFAULT
 }
 fn default_num_queues() -> u16 {
     1
@@ -546,14 +542,7 @@ fn check_name(key: &str, name: &str) -> Result<(), ConfigError> {
 }
 
 fn check_weight(key: &str, weight: u32) -> Result<(), ConfigError> {
-    if (WEIGHT_MIN..=WEIGHT_MAX).contains(&weight) {
-        Ok(())
-    } else {
-        Err(invalid(
-            key,
-            format!("must be {WEIGHT_MIN}..={WEIGHT_MAX} (got {weight})"),
-        ))
-    }
+    crate::qos::check_weight(weight).map_err(|e| invalid(key, e.to_string()))
 }
 
 #[cfg(test)]

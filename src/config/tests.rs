@@ -40,7 +40,7 @@ fn defaults_are_applied() {
     let c = Config::parse(BASE).unwrap();
     assert!(c.device.direct);
     assert_eq!(c.device.queue_depth, 256);
-    assert_eq!(c.volumes[1].weight, DEFAULT_WEIGHT);
+    assert_eq!(c.volumes[1].weight, crate::qos::WEIGHT_DEFAULT);
     assert_eq!(c.volumes[1].num_queues, 1);
     assert_eq!(c.volumes[1].serial_bytes(), b"b");
 }

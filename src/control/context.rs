@@ -13,7 +13,7 @@ use super::error::ApiError;
 use super::state::{GroupOverride, RuntimeState, VolumeOverride};
 use crate::backend::volume::Volume;
 use crate::calibration::Calibration;
-use crate::config::{Config, ROOT_GROUP, WEIGHT_MAX, WEIGHT_MIN};
+use crate::config::{Config, ROOT_GROUP};
 use crate::cost_model::ModelConfig;
 use crate::qos::{QosConfig, QosDevice, VolumeQos};
 use std::path::PathBuf;
@@ -54,14 +54,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 fn check_weight(weight: u32) -> Result<(), ApiError> {
-    if (WEIGHT_MIN..=WEIGHT_MAX).contains(&weight) {
-        Ok(())
-    } else {
-        Err(ApiError::field(
-            "weight",
-            format!("must be within {WEIGHT_MIN}..={WEIGHT_MAX} (got {weight})"),
-        ))
-    }
+    crate::qos::check_weight(weight).map_err(|e| ApiError::field("weight", e.to_string()))
 }
 
 impl Control {

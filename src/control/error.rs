@@ -119,7 +119,7 @@ mod tests {
         assert_eq!(e.field, None);
         assert_eq!(e.status, StatusCode::BAD_REQUEST);
         let q = parse_body::<QosConfig>(br#"{"rlat": "5ms"}"#).unwrap();
-        assert_eq!(q.rlat, Some(crate::qos::DurationUs(5000)));
+        assert_eq!(q.rlat, Some(crate::duration::DurationUs(5000)));
     }
 
     #[test]

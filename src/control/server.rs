@@ -75,7 +75,7 @@ async fn serve_limited(
         },
     ));
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-    let mut refused = crate::backend::ratelimit::RateLimiter::new(Duration::from_secs(10));
+    let mut refused = crate::logging::LogLimiter::new(Duration::from_secs(10));
     loop {
         let stream = tokio::select! {
             _ = stop.notified() => return,

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use super::faults::FaultRule;
 use super::EmulatedDisk;
 use crate::cost_model::{LinearModel, LinearParams, ModelConfig};
-use crate::qos::DurationUs;
+use crate::duration::DurationUs;
 
 /// Most channels accepted; far beyond any real device's internal parallelism.
 const MAX_CHANNELS: u32 = 1024;

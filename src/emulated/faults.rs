@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::cost_model::IoKind;
-use crate::qos::DurationUs;
+use crate::duration::DurationUs;
 
 /// The longest stall accepted: beyond it a guest's own I/O timeout is the thing tested.
 const MAX_STALL_US: u64 = 600_000_000;

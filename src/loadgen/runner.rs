@@ -4,7 +4,7 @@
 use super::progress::{self, Live, ProgressMode};
 use super::spec::{Pattern, TenantSpec};
 use super::verify::Verifier;
-use crate::sim::rng::Rng;
+use crate::rng::Rng;
 use blkio::{Blkio, Blkioq, Completion, MemoryRegion, ReqFlags};
 use hdrhistogram::Histogram;
 use serde::Serialize;

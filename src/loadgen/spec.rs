@@ -1,6 +1,7 @@
 //! Tenant workload descriptions: `socket=a.sock,rw=randread,bs=4k,iodepth=32`.
 
 use crate::config::ByteSize;
+use crate::duration::parse_duration;
 use serde::Serialize;
 use std::time::Duration;
 
@@ -94,12 +95,6 @@ impl Default for TenantSpec {
             verify: false,
         }
     }
-}
-
-/// Parses a duration: "250ms", "10s", "1.5s" (the syntax of the config file's latencies;
-/// a plain number is microseconds).
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    crate::qos::config::parse_duration_ns(text).map(Duration::from_nanos)
 }
 
 /// Every key a tenant (a `--tenant` list, a job file's `[defaults]` or `[[tenant]]` table)

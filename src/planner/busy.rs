@@ -15,7 +15,7 @@
 //!   short of budget, count down (unless IO is lagging, which blocks increases); if
 //!   nobody is short, there is nothing to gain: coast at 0. Deviation: while someone is
 //!   short, latency rising above its recent floor near the target (see
-//!   [`super::queue`]) holds at 0, so vrate stops rising before the percentile misses;
+//!   [`super::latency_floor`]) holds at 0, so vrate stops rising before the percentile misses;
 //!   it never counts as saturated.
 //! * In between: hold at 0 (hysteresis band).
 //!
@@ -26,7 +26,7 @@
 //! completes a read every few dozen milliseconds while the writer completes plenty.
 
 use super::lat_stat::LatStat;
-use super::queue::Queue;
+use super::latency_floor::LatencyTrend;
 use crate::cost_model::vtime::MILLION;
 
 /// rq-wait above this percentage of the period means saturated.
@@ -71,7 +71,7 @@ fn clearly_met(missed_ppm: u32, thr: u32) -> bool {
 pub(crate) fn next_busy_level(
     busy: i32,
     lat: &LatStat,
-    queue: Queue,
+    trend: LatencyTrend,
     demand: &Demand,
     ppm_thr: [u32; 2],
 ) -> i32 {
@@ -85,7 +85,7 @@ pub(crate) fn next_busy_level(
         && clearly_met(rmiss, rthr)
         && clearly_met(wmiss, wthr)
     {
-        if demand.nr_shortages > 0 && queue == Queue::Rising {
+        if demand.nr_shortages > 0 && trend == LatencyTrend::Rising {
             0
         } else if demand.nr_shortages > 0 {
             let b = busy.min(0);
@@ -123,13 +123,19 @@ mod tests {
     fn counts_up_when_saturated() {
         let d = Demand::default();
         assert_eq!(
-            next_busy_level(0, &lat(60_000, 0), Queue::Clear, &d, THR),
+            next_busy_level(0, &lat(60_000, 0), LatencyTrend::Clear, &d, THR),
             1
         );
-        assert_eq!(next_busy_level(-7, &lat(0, 6), Queue::Clear, &d, THR), 1);
-        assert_eq!(next_busy_level(5, &lat(0, 6), Queue::Clear, &d, THR), 6);
         assert_eq!(
-            next_busy_level(1000, &lat(0, 6), Queue::Clear, &d, THR),
+            next_busy_level(-7, &lat(0, 6), LatencyTrend::Clear, &d, THR),
+            1
+        );
+        assert_eq!(
+            next_busy_level(5, &lat(0, 6), LatencyTrend::Clear, &d, THR),
+            6
+        );
+        assert_eq!(
+            next_busy_level(1000, &lat(0, 6), LatencyTrend::Clear, &d, THR),
             1000
         );
     }
@@ -141,25 +147,25 @@ mod tests {
             nr_lagging: 0,
         };
         assert_eq!(
-            next_busy_level(3, &lat(0, 0), Queue::Clear, &short, THR),
+            next_busy_level(3, &lat(0, 0), LatencyTrend::Clear, &short, THR),
             -1
         );
         assert_eq!(
-            next_busy_level(-3, &lat(37_500, 3), Queue::Clear, &short, THR),
+            next_busy_level(-3, &lat(37_500, 3), LatencyTrend::Clear, &short, THR),
             -4
         );
         // Hysteresis band: above 75 % of a threshold but not over it.
         assert_eq!(
-            next_busy_level(-3, &lat(40_000, 0), Queue::Clear, &short, THR),
+            next_busy_level(-3, &lat(40_000, 0), LatencyTrend::Clear, &short, THR),
             0
         );
         assert_eq!(
-            next_busy_level(-3, &lat(0, 4), Queue::Clear, &short, THR),
+            next_busy_level(-3, &lat(0, 4), LatencyTrend::Clear, &short, THR),
             0
         );
         // Nobody short: coast.
         assert_eq!(
-            next_busy_level(-9, &lat(0, 0), Queue::Clear, &Demand::default(), THR),
+            next_busy_level(-9, &lat(0, 0), LatencyTrend::Clear, &Demand::default(), THR),
             0
         );
         // Lagging IO blocks the count-down without resetting the streak.
@@ -168,7 +174,7 @@ mod tests {
             nr_lagging: 2,
         };
         assert_eq!(
-            next_busy_level(-9, &lat(0, 0), Queue::Clear, &lagging, THR),
+            next_busy_level(-9, &lat(0, 0), LatencyTrend::Clear, &lagging, THR),
             -9
         );
     }
@@ -180,8 +186,11 @@ mod tests {
             nr_lagging: 1,
         };
         let empty = LatStat::default();
-        assert_eq!(next_busy_level(9, &empty, Queue::Clear, &d, THR), 4);
-        assert_eq!(next_busy_level(-2, &empty, Queue::Clear, &d, THR), -2);
+        assert_eq!(next_busy_level(9, &empty, LatencyTrend::Clear, &d, THR), 4);
+        assert_eq!(
+            next_busy_level(-2, &empty, LatencyTrend::Clear, &d, THR),
+            -2
+        );
     }
 
     #[test]
@@ -191,14 +200,29 @@ mod tests {
             nr_lagging: 0,
         };
         let met = lat(0, 0);
-        assert_eq!(next_busy_level(-6, &met, Queue::Clear, &short, THR), -7);
-        assert_eq!(next_busy_level(-6, &met, Queue::Rising, &short, THR), 0);
-        assert_eq!(next_busy_level(2, &met, Queue::Rising, &short, THR), 0);
+        assert_eq!(
+            next_busy_level(-6, &met, LatencyTrend::Clear, &short, THR),
+            -7
+        );
+        assert_eq!(
+            next_busy_level(-6, &met, LatencyTrend::Rising, &short, THR),
+            0
+        );
+        assert_eq!(
+            next_busy_level(2, &met, LatencyTrend::Rising, &short, THR),
+            0
+        );
         // Misses still count up, rising or not.
         let missed = lat(60_000, 0);
-        assert_eq!(next_busy_level(2, &missed, Queue::Rising, &short, THR), 3);
+        assert_eq!(
+            next_busy_level(2, &missed, LatencyTrend::Rising, &short, THR),
+            3
+        );
         // Nobody short: nothing to push, nothing to hold.
         let idle = Demand::default();
-        assert_eq!(next_busy_level(2, &met, Queue::Rising, &idle, THR), 0);
+        assert_eq!(
+            next_busy_level(2, &met, LatencyTrend::Rising, &idle, THR),
+            0
+        );
     }
 }

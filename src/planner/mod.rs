@@ -6,7 +6,7 @@
 //!
 //! 1. **Signals** ([`lat_stat`]): share of completions that missed the latency target,
 //!    time requests spent waiting for a device slot, and mean latency, which
-//!    [`queue`] compares with its recent floor (a deviation: an earlier sign of
+//!    [`latency_floor`] compares with its recent floor (a deviation: an earlier sign of
 //!    saturation than the percentile). Deviation: they are judged over a window of
 //!    periods holding enough completions to tell the percentile
 //!    ([`lat_stat::LatWindow`]); steps 6 and 7 run when a window is judged.
@@ -34,7 +34,7 @@ pub(crate) mod classify;
 pub(crate) mod donation;
 pub(crate) mod idle;
 pub(crate) mod lat_stat;
-pub(crate) mod queue;
+pub(crate) mod latency_floor;
 pub(crate) mod usage;
 pub(crate) mod vrate;
 
@@ -137,7 +137,7 @@ pub(crate) fn plan(dev: &DeviceShared) -> u64 {
     let vrate_before = st.vtime_base_rate;
     let last = st.last;
     let mut judged_periods = 0;
-    let (mut lat, mut queue) = (
+    let (mut lat, mut trend) = (
         LatStat {
             missed_ppm: last.missed_ppm,
             rq_wait_pct: last.rq_wait_pct,
@@ -145,9 +145,9 @@ pub(crate) fn plan(dev: &DeviceShared) -> u64 {
             ..LatStat::default()
         },
         if last.latency_rising {
-            queue::Queue::Rising
+            latency_floor::LatencyTrend::Rising
         } else {
-            queue::Queue::Clear
+            latency_floor::LatencyTrend::Clear
         },
     );
     let mut missed_at_min = last.missed_at_min;
@@ -157,12 +157,12 @@ pub(crate) fn plan(dev: &DeviceShared) -> u64 {
         // and the latency floor hold for when a neighbour arrives.
         st.vtime_err = 0;
         st.lat_window.reset();
-        (lat, queue, missed_at_min) = (period_lat.stat(), queue::Queue::Clear, 0);
+        (lat, trend, missed_at_min) = (period_lat.stat(), latency_floor::LatencyTrend::Clear, 0);
     } else if let Some(judged) = st.lat_window.push(&period_lat, busy::aim(ctx.ppm_thr)) {
         lat = judged.stat;
         judged_periods = judged.periods;
         let targets_us = [params.rlat_us, params.wlat_us];
-        queue = st.lat_floors.observe(
+        trend = st.lat_floors.observe(
             lat.mean_lat_us,
             lat.mean_se_us,
             ctx.ppm_thr,
@@ -170,7 +170,7 @@ pub(crate) fn plan(dev: &DeviceShared) -> u64 {
             now.now_ns,
         );
         st.busy_level =
-            busy::next_busy_level(st.busy_level, &lat, queue, &demand, busy::aim(ctx.ppm_thr));
+            busy::next_busy_level(st.busy_level, &lat, trend, &demand, busy::aim(ctx.ppm_thr));
         if lat.grossly_missed(ctx.ppm_thr, targets_us) {
             st.gross_streak = st.gross_streak.saturating_add(1);
         } else if !lat.no_samples(ctx.ppm_thr) {
@@ -210,7 +210,7 @@ pub(crate) fn plan(dev: &DeviceShared) -> u64 {
         missed_ppm: lat.missed_ppm,
         rq_wait_pct: lat.rq_wait_pct,
         mean_lat_us: lat.mean_lat_us,
-        latency_rising: queue == queue::Queue::Rising,
+        latency_rising: trend == latency_floor::LatencyTrend::Rising,
         judged_periods,
         nr_done: period_lat.stat().nr_done,
         nr_lagging: demand.nr_lagging,

@@ -2,7 +2,7 @@
 
 use crate::qos::test_util::{device, io_us, qos_10ms};
 use crate::qos::{
-    Admission, Clock, IoKind, IoRequest, ManualClock, PeriodRecord, QosDevice, VolumeQos,
+    Clock, Decision, IoKind, IoRequest, ManualClock, PeriodRecord, QosDevice, VolumeQos,
 };
 
 /// The worked example of design §6.5: root with A(100) and B(100), both active. A used
@@ -18,11 +18,11 @@ fn donation_matches_the_spec_worked_example() {
     for step in 0..10 {
         // A: 100 µs of device time per 1 ms = 10 % of the device.
         match a.admit(&io_us(100)) {
-            Admission::Go(c) => a.complete(&c, 0, 0, 0),
-            Admission::Wait { .. } => panic!("A must never wait"),
+            Decision::Go(c) => a.complete(&c, 0, 0, 0),
+            Decision::Wait { .. } => panic!("A must never wait"),
         }
         // B: as much as it can get, then throttled.
-        while let Admission::Go(c) = b.admit(&io_us(250)) {
+        while let Decision::Go(c) = b.admit(&io_us(250)) {
             b.complete(&c, 0, 0, 0);
         }
         let _ = step;
@@ -136,7 +136,7 @@ fn starved_volume_raises_vrate_up_to_max() {
 
 /// Latency that rises well above its floor but stays within the target stops vrate from
 /// rising and never pushes it down: only misses do (the queue guard once lowered vrate
-/// here, and on the real file held it at its minimum; see `planner::queue`).
+/// here, and on the real file held it at its minimum; see `planner::latency_floor`).
 #[test]
 fn latency_rising_within_the_target_holds_vrate() {
     let (dev, clock) = device(&qos_10ms());
@@ -201,11 +201,11 @@ fn a_lone_volume_is_not_throttled_and_holds_vrate() {
         // Three periods' worth of device time per period, each read 6 ms > 5 ms target.
         for _ in 0..300 {
             match v.admit(&io_us(100)) {
-                Admission::Go(c) => {
+                Decision::Go(c) => {
                     let t = clock.now_ns();
                     v.complete(&c, t, t, t + 6_000_000);
                 }
-                Admission::Wait { .. } => panic!("a lone volume waited"),
+                Decision::Wait { .. } => panic!("a lone volume waited"),
             }
         }
         clock.advance(dev.period_ns());
@@ -219,7 +219,7 @@ fn a_lone_volume_is_not_throttled_and_holds_vrate() {
     assert_eq!(dev.stats().contended_periods, 0, "alone is not contended");
     let throttled = (0..300).any(|_| {
         keep_active(&n, &clock);
-        matches!(v.admit(&io_us(100)), Admission::Wait { .. })
+        matches!(v.admit(&io_us(100)), Decision::Wait { .. })
     });
     assert!(
         throttled,
@@ -230,7 +230,7 @@ fn a_lone_volume_is_not_throttled_and_holds_vrate() {
 /// A lone volume is not throttled and does not move vrate (nobody to protect): the
 /// controller tests keep a `neighbour` active with one instant 1 µs read per period.
 fn keep_active(neighbour: &VolumeQos, clock: &ManualClock) {
-    if let Admission::Go(c) = neighbour.admit(&io_us(1)) {
+    if let Decision::Go(c) = neighbour.admit(&io_us(1)) {
         let t = clock.now_ns();
         neighbour.complete(&c, t, t, t);
     }
@@ -253,7 +253,7 @@ fn read_period(
     };
     keep_active(neighbour, clock);
     for _ in 0..100 {
-        if let Admission::Go(c) = v.admit(&read) {
+        if let Decision::Go(c) = v.admit(&read) {
             let t = clock.now_ns();
             v.complete(&c, t, t, t + lat_ns);
         }
@@ -276,7 +276,7 @@ fn saturated_period(
 ) -> PeriodRecord {
     keep_active(neighbour, clock);
     for _ in 0..10 {
-        while let Admission::Go(c) = v.admit(&io_us(25)) {
+        while let Decision::Go(c) = v.admit(&io_us(25)) {
             let t = clock.now_ns();
             v.complete(&c, t, t, t + lat_ns);
         }
@@ -297,12 +297,12 @@ fn a_pausing_neighbour_keeps_the_volume_throttled_for_a_second() {
     keep_active(&n, &clock);
     let greedy = |v: &VolumeQos| {
         (0..300).any(|_| match v.admit(&io_us(100)) {
-            Admission::Go(c) => {
+            Decision::Go(c) => {
                 let t = clock.now_ns();
                 v.complete(&c, t, t, t);
                 false
             }
-            Admission::Wait { .. } => true,
+            Decision::Wait { .. } => true,
         })
     };
     assert!(greedy(&v), "throttled beside an active neighbour");

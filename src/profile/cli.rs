@@ -29,7 +29,7 @@ pub struct ProfileArgs {
     #[arg(long, value_parser = parse_size)]
     size: Option<ByteSize>,
     /// Run time of each of the 8 jobs (default 20s; 3s with --quick).
-    #[arg(long, value_parser = crate::loadgen::parse_duration)]
+    #[arg(long, value_parser = crate::duration::parse_duration)]
     duration: Option<std::time::Duration>,
     /// Finish in under a minute, with wider error bars (for CI and first trials).
     #[arg(long)]

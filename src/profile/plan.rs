@@ -3,7 +3,7 @@
 use super::suggest::{measured_write_target, suggest_qos, LATENCY_MARGIN};
 use super::Target;
 use crate::cost_model::LinearParams;
-use crate::qos::DurationUs;
+use crate::duration::DurationUs;
 use hdrhistogram::Histogram;
 use std::time::Duration;
 

@@ -6,7 +6,7 @@ use super::plan::{Job, JobResult};
 use super::Target;
 use crate::cost_model::{CostInput, IoKind, LinearModel};
 use crate::emulated::EmulatedDisk;
-use crate::sim::rng::Rng;
+use crate::rng::Rng;
 use hdrhistogram::Histogram;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;

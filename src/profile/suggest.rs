@@ -21,7 +21,8 @@
 //!   4× faster. A lone tenant is never throttled, whatever the bounds.
 
 use super::plan::{Profile, PERCENTILES};
-use crate::qos::{DurationUs, QosConfig};
+use crate::duration::DurationUs;
+use crate::qos::QosConfig;
 
 /// The percentile of the suggested read target.
 pub const DEFAULT_PERCENTILE: f64 = 90.0;

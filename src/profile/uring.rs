@@ -5,7 +5,7 @@ use super::plan::{Job, JobResult};
 use super::Target;
 use crate::backend::bounce::BounceBuffer;
 use crate::backend::engine::{DeviceOp, Engine};
-use crate::sim::rng::Rng;
+use crate::rng::Rng;
 use hdrhistogram::Histogram;
 use std::fs::File;
 use std::io;

@@ -21,88 +21,9 @@
 //! bounds are narrower so that a bad model or a misleading signal cannot starve or flood
 //! the device.
 
-use std::fmt;
+use serde::{Deserialize, Serialize};
 
-use serde::de::{self, Visitor};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-/// A duration in µs that (de)serialises as `"250us"`, `"1.5ms"`, `"2s"` or an integer µs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct DurationUs(pub u64);
-
-/// Parse `"250us"`, `"1.5ms"`, `"2s"`, `"10ns"`, `"250µs"` or a bare number (µs) into ns.
-pub fn parse_duration_ns(text: &str) -> Result<u64, String> {
-    let s = text.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let scale: f64 = match unit.trim() {
-        "" | "us" | "µs" => 1e3,
-        "ns" => 1.0,
-        "ms" => 1e6,
-        "s" => 1e9,
-        other => {
-            return Err(format!(
-                "unknown duration unit {other:?} in {text:?} (use ns, us, ms or s)"
-            ))
-        }
-    };
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid duration {text:?} (examples: \"250us\", \"1ms\", \"2s\")"))?;
-    let ns = value * scale;
-    if !ns.is_finite() || ns < 0.0 || ns > u64::MAX as f64 {
-        return Err(format!("duration {text:?} out of range"));
-    }
-    Ok(ns.round() as u64)
-}
-
-impl fmt::Display for DurationUs {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let us = self.0;
-        if us != 0 && us % 1_000_000 == 0 {
-            write!(f, "{}s", us / 1_000_000)
-        } else if us != 0 && us % 1_000 == 0 {
-            write!(f, "{}ms", us / 1_000)
-        } else {
-            write!(f, "{us}us")
-        }
-    }
-}
-
-impl Serialize for DurationUs {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_string())
-    }
-}
-
-impl<'de> Deserialize<'de> for DurationUs {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = DurationUs;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(
-                    "a duration such as \"250us\", \"1ms\", \"2s\" or an integer number of µs",
-                )
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<DurationUs, E> {
-                Ok(DurationUs(v))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<DurationUs, E> {
-                u64::try_from(v)
-                    .map(DurationUs)
-                    .map_err(|_| E::custom("duration must not be negative"))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<DurationUs, E> {
-                let ns = parse_duration_ns(v).map_err(E::custom)?;
-                Ok(DurationUs(ns / 1_000))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
+use crate::duration::DurationUs;
 
 /// Largest accepted latency target (the planning period is capped at 1 s anyway).
 const MAX_LAT_US: u64 = 10_000_000;
@@ -188,15 +109,7 @@ mod tests {
     }
 
     #[test]
-    fn durations_parse_in_all_forms() {
-        assert_eq!(parse_duration_ns("250us").unwrap(), 250_000);
-        assert_eq!(parse_duration_ns("250µs").unwrap(), 250_000);
-        assert_eq!(parse_duration_ns("1ms").unwrap(), 1_000_000);
-        assert_eq!(parse_duration_ns("1.5ms").unwrap(), 1_500_000);
-        assert_eq!(parse_duration_ns("2s").unwrap(), 2_000_000_000);
-        assert_eq!(parse_duration_ns("7").unwrap(), 7_000);
-        assert!(parse_duration_ns("2 fortnights").is_err());
-        assert!(parse_duration_ns("ms").is_err());
+    fn latency_targets_take_durations_and_integer_microseconds() {
         let c = parse("rlat = \"250us\"\nwlat = 1500").unwrap();
         assert_eq!(c.rlat, Some(DurationUs(250)));
         assert_eq!(c.wlat, Some(DurationUs(1500)));

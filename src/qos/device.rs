@@ -44,7 +44,7 @@ use super::stats::{DeviceStats, PeriodRecord};
 use super::tree::{NodeId, Tree, ROOT};
 use super::vclock::{Now, VClock};
 use super::volume::{rate_to_ppm, VolumeCore, VolumeQos};
-use super::weights::{NodeWeights, WEIGHT_MAX, WEIGHT_MIN};
+use super::weights::NodeWeights;
 
 /// State behind the device lock.
 #[derive(Debug)]
@@ -63,8 +63,8 @@ pub(crate) struct DeviceState {
     pub busy_level: i32,
     /// The periods whose latency will be judged together (see `planner::lat_stat`).
     pub lat_window: crate::planner::lat_stat::LatWindow,
-    /// Lowest recent per-window mean device latency (see `planner::queue`).
-    pub lat_floors: crate::planner::queue::LatFloors,
+    /// Lowest recent per-window mean device latency (see `planner::latency_floor`).
+    pub lat_floors: crate::planner::latency_floor::LatFloors,
     /// Consecutive periods with a gross latency miss (see `planner::vrate`).
     pub gross_streak: u32,
     pub margins: Margins,
@@ -227,14 +227,10 @@ pub struct QosDevice {
 }
 
 fn check_weight(name: &str, weight: u32) -> Result<(), QosError> {
-    if (WEIGHT_MIN..=WEIGHT_MAX).contains(&weight) {
-        Ok(())
-    } else {
-        Err(QosError::InvalidWeight {
-            name: name.to_owned(),
-            weight,
-        })
-    }
+    super::weights::check_weight(weight).map_err(|reason| QosError::InvalidWeight {
+        name: name.to_owned(),
+        reason,
+    })
 }
 
 impl QosDevice {

@@ -21,12 +21,12 @@ pub enum QosError {
     /// A QoS or cost-model configuration failed validation (the message names the key).
     #[error("{0}")]
     InvalidConfig(String),
-    /// Weights are 1..=10000.
-    #[error("weight of {name:?} must be within 1..=10000 (got {weight})")]
+    /// A weight out of range.
+    #[error("weight of {name:?} {reason}")]
     InvalidWeight {
         /// Node name.
         name: String,
-        /// The rejected weight.
-        weight: u32,
+        /// What is wrong with it.
+        reason: crate::qos::WeightOutOfRange,
     },
 }

@@ -84,14 +84,14 @@ pub(crate) mod weights;
 
 pub use crate::cost_model::{CostModel, IoKind};
 pub use clock::{Clock, ManualClock, MonotonicClock};
-pub use config::{DurationUs, QosConfig};
+pub use config::QosConfig;
 pub use device::{NodeInfo, QosDevice};
 pub use error::QosError;
 pub use params::QosParams;
-pub use request::{Admission, Charge, IoRequest, Timing};
+pub use request::{Charge, Decision, IoRequest, Timing};
 pub use stats::{DeviceStats, LatencyHistogram, PeriodRecord, VolumeStats};
 pub use volume::VolumeQos;
-pub use weights::{WEIGHT_DEFAULT, WEIGHT_MAX, WEIGHT_MIN};
+pub use weights::{check_weight, WeightOutOfRange, WEIGHT_DEFAULT, WEIGHT_MAX, WEIGHT_MIN};
 
 #[cfg(test)]
 pub(crate) mod test_util;

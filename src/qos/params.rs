@@ -96,7 +96,7 @@ pub fn period_us(rppm: u32, rlat_us: u32, wppm: u32, wlat_us: u32) -> u64 {
 impl QosParams {
     /// Derive from a (validated) configuration; `default_lat_us` fills missing targets.
     pub fn from_config(cfg: &QosConfig, default_lat_us: u32) -> QosParams {
-        let lat = |d: Option<super::config::DurationUs>| -> u32 {
+        let lat = |d: Option<crate::duration::DurationUs>| -> u32 {
             d.map(|d| u32::try_from(d.0).unwrap_or(u32::MAX))
                 .unwrap_or(default_lat_us)
                 .max(1)
@@ -186,7 +186,7 @@ mod tests {
     fn derived_from_config() {
         let cfg = QosConfig {
             rpct: 90.0,
-            rlat: Some(super::super::config::DurationUs(7_000)),
+            rlat: Some(crate::duration::DurationUs(7_000)),
             wpct: 0.0,
             wlat: None,
             min: 50.0,

@@ -1,8 +1,8 @@
 //! What the data path hands the QoS core per request, and what it gets back.
 //!
 //! The core never queues anything itself. For each request it answers either
-//! [`Admission::Go`] (the cost is already charged; submit now and keep the [`Charge`]
-//! with the in-flight request) or [`Admission::Wait`] (nothing charged; park the request
+//! [`Decision::Go`] (the cost is already charged; submit now and keep the [`Charge`]
+//! with the in-flight request) or [`Decision::Wait`] (nothing charged; park the request
 //! in the volume's FIFO and offer the FIFO head again at `until_ns`).
 
 pub use crate::cost_model::IoKind;
@@ -42,11 +42,12 @@ pub struct Timing {
     pub completed_ns: u64,
 }
 
-/// The issue decision.
+/// The issue decision. Generic so that the data path's seam (`backend::admission`) can
+/// carry its own ticket type; the QoS core answers with a [`Charge`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Admission {
-    /// Submit now; the cost has been committed.
-    Go(Charge),
+pub enum Decision<T = Charge> {
+    /// Submit now; the cost has been committed. Hand the ticket back on completion.
+    Go(T),
     /// Not yet: park the request and offer it again at (or after) `until_ns` on the QoS
     /// clock. Nothing has been charged.
     Wait {

@@ -70,7 +70,7 @@ pub struct PeriodRecord {
     /// Mean device latency minus transfer time, µs, `[read, write]` (0: none completed).
     pub mean_lat_us: [u64; 2],
     /// Mean latency rose above its recent floor near the target, so vrate was not
-    /// allowed to rise (see `planner::queue`).
+    /// allowed to rise (see `planner::latency_floor`).
     pub latency_rising: bool,
     /// Periods whose latency was judged at the end of this one (the window's length);
     /// 0 while the window is still gathering completions. busy_level and vrate move

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use crate::cost_model::vtime::VTIME_PER_USEC;
 use crate::cost_model::{CostInput, CostModel, IoKind};
 
-use super::{DurationUs, IoRequest, ManualClock, QosConfig, QosDevice};
+use super::{IoRequest, ManualClock, QosConfig, QosDevice};
+use crate::duration::DurationUs;
 
 /// Every request costs `len` µs of device time (so `len` doubles as the cost).
 #[derive(Debug)]

@@ -5,18 +5,19 @@ use std::sync::Arc;
 use super::test_util::{device, io_us, qos_10ms};
 use super::*;
 use crate::cost_model::vtime::WEIGHT_ONE;
+use crate::duration::DurationUs;
 
-fn go(a: Admission) -> Charge {
+fn go(a: Decision) -> Charge {
     match a {
-        Admission::Go(c) => c,
-        Admission::Wait { until_ns } => panic!("expected Go, got Wait until {until_ns}"),
+        Decision::Go(c) => c,
+        Decision::Wait { until_ns } => panic!("expected Go, got Wait until {until_ns}"),
     }
 }
 
-fn wait(a: Admission) -> u64 {
+fn wait(a: Decision) -> u64 {
     match a {
-        Admission::Wait { until_ns } => until_ns,
-        Admission::Go(c) => panic!("expected Wait, got Go {c:?}"),
+        Decision::Wait { until_ns } => until_ns,
+        Decision::Go(c) => panic!("expected Wait, got Go {c:?}"),
     }
 }
 
@@ -200,7 +201,7 @@ fn hostile_requests_do_not_panic() {
     ] {
         for (offset, len) in [(u64::MAX, u64::MAX), (0, u64::MAX), (u64::MAX, 0), (0, 0)] {
             let r = IoRequest { kind, offset, len };
-            if let Admission::Go(c) = v.admit(&r) {
+            if let Decision::Go(c) = v.admit(&r) {
                 v.complete(&c, u64::MAX, 0, 1);
             }
         }
@@ -221,7 +222,7 @@ fn snapback_takes_donated_weight_back_on_the_issue_path() {
     for step in 0..10 {
         let c = go(a.admit(&io_us(100)));
         a.complete(&c, 0, 0, 0);
-        while let Admission::Go(c) = b.admit(&io_us(500)) {
+        while let Decision::Go(c) = b.admit(&io_us(500)) {
             b.complete(&c, 0, 0, 0);
         }
         b_parked = true;
@@ -237,7 +238,7 @@ fn snapback_takes_donated_weight_back_on_the_issue_path() {
     );
     // a suddenly needs its share: its budget drops below 20 %, inuse snaps back up.
     let mut n = 0;
-    while let Admission::Go(c) = a.admit(&io_us(200)) {
+    while let Decision::Go(c) = a.admit(&io_us(200)) {
         a.complete(&c, 0, 0, 0);
         n += 1;
         assert!(n < 1000);

@@ -13,7 +13,7 @@
 //! the volume runs short ("snapback", design §3.5), and when a throttled volume still
 //! donates (a volume with waiters always holds its full weight).
 //!
-//! The core does not queue. On [`Admission::Wait`] the caller parks the request in the
+//! The core does not queue. On [`Decision::Wait`] the caller parks the request in the
 //! volume's FIFO and offers the head again at `until_ns`; the core only remembers that
 //! the volume has a waiter (for the planner and for statistics).
 
@@ -30,7 +30,7 @@ use crate::cost_model::{CostInput, IoKind};
 
 use super::device::DeviceShared;
 use super::histogram::LatencyWindows;
-use super::request::{Admission, Charge, IoRequest, Timing};
+use super::request::{Charge, Decision, IoRequest, Timing};
 use super::stats::{LatencyHistogram, VolumeStats};
 use super::tree::NodeId;
 use super::vclock::Now;
@@ -205,20 +205,20 @@ impl VolumeQos {
         &self.core.name
     }
 
-    /// Price the request and decide. On [`Admission::Go`] the cost is committed (local
+    /// Price the request and decide. On [`Decision::Go`] the cost is committed (local
     /// vtime advanced) and the caller must eventually call [`VolumeQos::complete`] with
-    /// the returned charge. On [`Admission::Wait`] nothing is committed.
+    /// the returned charge. On [`Decision::Wait`] nothing is committed.
     ///
     /// The caller keeps FIFO order per volume: while requests are parked, only the head
     /// is offered here.
-    pub fn admit(&self, io: &IoRequest) -> Admission {
+    pub fn admit(&self, io: &IoRequest) -> Decision {
         self.admit_at(io, self.dev.clock.now_ns())
     }
 
     /// [`VolumeQos::admit`] at a clock reading the caller already took: the data path
     /// reads the clock once per batch of requests. A reading a few microseconds old only
     /// makes the decision more conservative (vnow, hence the budget, is a little smaller).
-    pub fn admit_at(&self, io: &IoRequest, now_ns: u64) -> Admission {
+    pub fn admit_at(&self, io: &IoRequest, now_ns: u64) -> Decision {
         let dev = &*self.dev;
         let v = &*self.core;
         let cursor = v.cursor.load(Relaxed);
@@ -400,7 +400,7 @@ impl VolumeQos {
 
     /// Commit and count an admitted request of absolute cost `abs`: `cost` advances the
     /// local vtime, `usage` counts as device time used.
-    fn go(&self, io: &IoRequest, abs: u64, usage: u64, cost: u64, now_ns: u64) -> Admission {
+    fn go(&self, io: &IoRequest, abs: u64, usage: u64, cost: u64, now_ns: u64) -> Decision {
         let v = &*self.core;
         if cost != 0 {
             v.vtime.fetch_add(cost, Relaxed);
@@ -420,7 +420,7 @@ impl VolumeQos {
                 .fetch_add(now_ns.saturating_sub(since), Relaxed);
             v.io.throttled.fetch_add(1, Relaxed);
         }
-        Admission::Go(Charge {
+        Decision::Go(Charge {
             kind: io.kind,
             len: io.len,
             cost,
@@ -435,7 +435,7 @@ impl VolumeQos {
     /// device time of its queue, and it waits until the device has worked that off
     /// rather than keeping the device full while the neighbour's first requests queue
     /// behind it.
-    fn go_alone(&self, io: &IoRequest, abs: u64, now: &Now) -> Admission {
+    fn go_alone(&self, io: &IoRequest, abs: u64, now: &Now) -> Decision {
         let v = &*self.core;
         let go = self.go(io, abs, abs, abs, now.now_ns);
         let ahead = vdiff(v.done_vtime.load(Relaxed), now.vnow);
@@ -534,7 +534,7 @@ impl VolumeQos {
         vtime: u64,
         now: Now,
         timer_slack_ns: u64,
-    ) -> Admission {
+    ) -> Decision {
         let dev = &*self.dev;
         let v = &*self.core;
         if !v.on_active.load(Acquire) {
@@ -569,7 +569,7 @@ impl VolumeQos {
             .now_ns
             .saturating_add(wait_us.saturating_mul(1000))
             .saturating_add(timer_slack_ns);
-        Admission::Wait { until_ns }
+        Decision::Wait { until_ns }
     }
 }
 

@@ -33,6 +33,21 @@ pub const WEIGHT_DEFAULT: u32 = 100;
 /// Largest user weight.
 pub const WEIGHT_MAX: u32 = 10_000;
 
+/// A user weight outside `WEIGHT_MIN..=WEIGHT_MAX`. Its message follows the name of the
+/// field or node the caller puts before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("must be within {WEIGHT_MIN}..={WEIGHT_MAX} (got {0})")]
+pub struct WeightOutOfRange(pub u32);
+
+/// The one check of a user weight (config, control API and the QoS tree alike).
+pub fn check_weight(weight: u32) -> Result<(), WeightOutOfRange> {
+    if (WEIGHT_MIN..=WEIGHT_MAX).contains(&weight) {
+        Ok(())
+    } else {
+        Err(WeightOutOfRange(weight))
+    }
+}
+
 /// The weights of one tree node. Written under the device lock, read anywhere.
 #[derive(Debug, Default)]
 pub(crate) struct NodeWeights {

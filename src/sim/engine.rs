@@ -16,7 +16,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
 
 use crate::cost_model::{CostInput, CostModel, IoKind};
-use crate::qos::{Admission, Charge, IoRequest, ManualClock, QosDevice, VolumeQos};
+use crate::qos::{Charge, Decision, IoRequest, ManualClock, QosDevice, VolumeQos};
 
 use super::disk::Disk;
 use super::report::{Completion, SimResult, TracePoint};
@@ -271,11 +271,11 @@ impl Sim {
     fn kick(&mut self, v: usize) {
         while let Some(&id) = self.vstate[v].parked.front() {
             match self.vols[v].admit(&self.reqs[id].io) {
-                Admission::Go(charge) => {
+                Decision::Go(charge) => {
                     self.vstate[v].parked.pop_front();
                     self.dispatch(id, charge);
                 }
-                Admission::Wait { until_ns } => {
+                Decision::Wait { until_ns } => {
                     let at = until_ns.saturating_sub(T0).max(self.now + 1);
                     let st = &mut self.vstate[v];
                     if st.timer_at.is_some_and(|t| t <= at) {

@@ -14,7 +14,6 @@
 pub mod disk;
 pub mod engine;
 pub mod report;
-pub mod rng;
 pub mod scenario;
 pub mod workload;
 

@@ -43,7 +43,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::cost_model::ModelConfig;
-use crate::qos::config::parse_duration_ns;
+use crate::duration::parse_duration_ns;
 use crate::qos::QosConfig;
 
 /// A duration field: `"250us"`, `"1.5ms"`, `"2s"` or an integer µs. Stored in ns.

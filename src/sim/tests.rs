@@ -272,7 +272,7 @@ fn vrate_falls_when_the_model_is_too_optimistic_until_latency_holds() {
     );
     // The latency target holds at its percentile over the whole second. (The kernel's
     // controller alone limit-cycles around saturation here, p95 4.9 ms; the queue guard
-    // of `planner::queue` holds it.)
+    // of `planner::latency_floor` holds it.)
     let p95 = r.qos_latency_ns(95.0, from, to).unwrap_or(u64::MAX);
     assert!(p95 <= 2 * MS, "p95 {p95} ns\n{}", r.report());
     // Without QoS the disk queue fills up and the target is missed by far.
@@ -334,7 +334,7 @@ fn steady_load_does_not_make_vrate_oscillate() {
     let spread =
         |x: &[u64]| *x.iter().max().unwrap_or(&0) as f64 - *x.iter().min().unwrap_or(&0) as f64;
     // A swing within 10 % of the mean is not growing oscillation (the queue guard of
-    // `planner::queue` can hold vrate flat for a second and then correct it by 2 %).
+    // `planner::latency_floor` can hold vrate flat for a second and then correct it by 2 %).
     assert!(
         spread(&second) <= (1.2 * spread(&first)).max(0.1 * mean),
         "the swing grows\n{}",

@@ -5,8 +5,8 @@
 
 use crate::cost_model::IoKind;
 
-use super::rng::Rng;
 use super::scenario::{OpMix, Pattern, WorkloadSection};
+use crate::rng::Rng;
 
 /// One generator.
 #[derive(Debug)]

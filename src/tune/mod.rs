@@ -49,7 +49,7 @@ pub struct TuneArgs {
     #[arg(long, value_delimiter = ',', default_value = "10,25,50,75,100,150,200")]
     vrates: Vec<f64>,
     /// Run time of each point.
-    #[arg(long, value_parser = loadgen::parse_duration, default_value = "8s")]
+    #[arg(long, value_parser = crate::duration::parse_duration, default_value = "8s")]
     duration: Duration,
     /// Allow writing to an existing PATH (destroys its data).
     #[arg(long)]

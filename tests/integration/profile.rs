@@ -61,14 +61,31 @@ fn scratch_measures_writes_inside_the_range_and_nowhere_else() {
     std::fs::write(&path, &original).unwrap();
     let p = path.to_str().unwrap();
 
-    let out = profile(&["--path", p, "--duration", "50ms", "--scratch", "64MiB:128MiB"]);
+    let out = profile(&[
+        "--path",
+        p,
+        "--duration",
+        "50ms",
+        "--scratch",
+        "64MiB:128MiB",
+    ]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "a range past the end was accepted");
     assert!(err.contains("--scratch 64MiB:128MiB ends at byte"), "{err}");
     assert!(out.stdout.is_empty());
-    assert!(std::fs::read(&path).unwrap() == original, "the refused run wrote");
+    assert!(
+        std::fs::read(&path).unwrap() == original,
+        "the refused run wrote"
+    );
 
-    let out = profile(&["--path", p, "--duration", "50ms", "--scratch", "64MiB:64MiB"]);
+    let out = profile(&[
+        "--path",
+        p,
+        "--duration",
+        "50ms",
+        "--scratch",
+        "64MiB:64MiB",
+    ]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     let printed = String::from_utf8_lossy(&out.stdout);
@@ -81,7 +98,10 @@ fn scratch_measures_writes_inside_the_range_and_nowhere_else() {
         "[device]\npath = \"x\"\n{printed}\n[[volume]]\nname = \"v\"\nsocket = \"v.sock\"\nsize = 4096\n"
     );
     let parsed = vhost_iocost::config::Config::parse(&config).unwrap_or_else(|e| panic!("{e}"));
-    assert!(parsed.device.model.linear_params().wrandiops > 1, "{printed}");
+    assert!(
+        parsed.device.model.linear_params().wrandiops > 1,
+        "{printed}"
+    );
 
     let after = std::fs::read(&path).unwrap();
     assert!(

@@ -1,17 +1,17 @@
-//! Rate-limited warnings: a misbehaving guest must not be able to flood the host's logs.
+//! Rate-limited log lines: a misbehaving guest must not be able to flood the host's logs.
 
 use std::time::{Duration, Instant};
 
 /// Lets one message through per `interval` and counts the ones it swallowed.
-pub struct RateLimiter {
+pub struct LogLimiter {
     interval: Duration,
     last: Option<Instant>,
     suppressed: u64,
 }
 
-impl RateLimiter {
+impl LogLimiter {
     pub fn new(interval: Duration) -> Self {
-        RateLimiter {
+        LogLimiter {
             interval,
             last: None,
             suppressed: 0,
@@ -41,7 +41,7 @@ mod tests {
 
     #[test]
     fn one_message_per_interval_and_the_rest_are_counted() {
-        let mut rl = RateLimiter::new(Duration::from_secs(3600));
+        let mut rl = LogLimiter::new(Duration::from_secs(3600));
         assert_eq!(rl.check(), Some(0));
         assert_eq!(rl.check(), None);
         assert_eq!(rl.check(), None);

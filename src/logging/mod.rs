@@ -2,11 +2,15 @@
 //!
 //! A guest decides how often some messages happen, so none of them may flood the host's
 //! journal. The daemon's own guest-triggered warnings go through
-//! [`crate::backend::ratelimit::RateLimiter`]. The crates underneath (virtio-queue,
+//! [`LogLimiter`]. The crates underneath (virtio-queue,
 //! vhost, vhost-user-backend) log through the `log` crate, bridged into `tracing`, and
 //! know nothing of that: a guest publishing bad ring heads made virtio-queue log
 //! thousands of lines per second. So every call site outside this crate gets at most
 //! one line per [`FOREIGN_INTERVAL`]; the rest are dropped.
+
+mod limiter;
+
+pub use limiter::LogLimiter;
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -51,7 +51,7 @@ pub const FLOOR_WINDOW_NS: u64 = 10_000_000_000;
 
 /// What the mean latency says about the device queue, worst direction first.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Queue {
+pub(crate) enum LatencyTrend {
     /// No queue to speak of, or far from the latency target, or no completions.
     #[default]
     Clear,
@@ -101,8 +101,8 @@ impl LatFloors {
         ppm_thr: [u32; 2],
         target_us: [u32; 2],
         now_ns: u64,
-    ) -> Queue {
-        let mut worst = Queue::Clear;
+    ) -> LatencyTrend {
+        let mut worst = LatencyTrend::Clear;
         for rw in 0..2 {
             // Clamped so that `mean * 4` and `floor * QUEUE_RISING_PCT` cannot overflow.
             let mean = mean_us[rw].min(u64::MAX / QUEUE_RISING_PCT);
@@ -124,7 +124,7 @@ impl LatFloors {
             let floor = self.us[rw];
             let bar = (floor * QUEUE_RISING_PCT / 100).max(floor + se_us[rw] * NOISE_MARGIN_SE);
             if mean * 4 >= u64::from(target_us[rw]) && mean > bar {
-                worst = Queue::Rising;
+                worst = LatencyTrend::Rising;
             }
         }
         worst
@@ -134,6 +134,7 @@ impl LatFloors {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use LatencyTrend::{Clear, Rising};
 
     const P95: [u32; 2] = [50_000, 50_000];
     const TARGET: [u32; 2] = [2_000, 2_000];
@@ -143,12 +144,12 @@ mod tests {
     fn a_mean_above_its_floor_near_the_target_is_rising() {
         let mut f = LatFloors::default();
         for t in 0..5 {
-            assert_eq!(f.observe([900, 0], NO_SE, P95, TARGET, t), Queue::Clear);
+            assert_eq!(f.observe([900, 0], NO_SE, P95, TARGET, t), Clear);
         }
         // 111 %, then 117 % and 156 % of the floor:
-        assert_eq!(f.observe([1_000, 0], NO_SE, P95, TARGET, 5), Queue::Clear);
-        assert_eq!(f.observe([1_050, 0], NO_SE, P95, TARGET, 6), Queue::Rising);
-        assert_eq!(f.observe([1_400, 0], NO_SE, P95, TARGET, 7), Queue::Rising);
+        assert_eq!(f.observe([1_000, 0], NO_SE, P95, TARGET, 5), Clear);
+        assert_eq!(f.observe([1_050, 0], NO_SE, P95, TARGET, 6), Rising);
+        assert_eq!(f.observe([1_400, 0], NO_SE, P95, TARGET, 7), Rising);
     }
 
     #[test]
@@ -159,77 +160,59 @@ mod tests {
         }
         // One lucky period: the floor stays at 1 000 µs, so 1 100 µs is not rising
         // (against 600 µs it would be 183 %).
-        assert_eq!(f.observe([600, 0], NO_SE, P95, TARGET, 5), Queue::Clear);
-        assert_eq!(f.observe([1_100, 0], NO_SE, P95, TARGET, 6), Queue::Clear);
+        assert_eq!(f.observe([600, 0], NO_SE, P95, TARGET, 5), Clear);
+        assert_eq!(f.observe([1_100, 0], NO_SE, P95, TARGET, 6), Clear);
         // Two more periods at 600 µs make three of the last five, and their median is
         // the floor. 117 % of 600 µs:
         for t in 7..9 {
             f.observe([600, 0], NO_SE, P95, TARGET, t);
         }
-        assert_eq!(f.observe([700, 0], NO_SE, P95, TARGET, 9), Queue::Rising);
+        assert_eq!(f.observe([700, 0], NO_SE, P95, TARGET, 9), Rising);
     }
 
     #[test]
     fn far_from_the_target_queueing_is_allowed() {
         let mut f = LatFloors::default();
-        assert_eq!(
-            f.observe([100, 0], NO_SE, P95, [5_000, 5_000], 0),
-            Queue::Clear
-        );
+        assert_eq!(f.observe([100, 0], NO_SE, P95, [5_000, 5_000], 0), Clear);
         // Twelve times the floor, still below a quarter of the target.
-        assert_eq!(
-            f.observe([1_200, 0], NO_SE, P95, [5_000, 5_000], 1),
-            Queue::Clear
-        );
-        assert_eq!(
-            f.observe([1_300, 0], NO_SE, P95, [5_000, 5_000], 2),
-            Queue::Rising
-        );
+        assert_eq!(f.observe([1_200, 0], NO_SE, P95, [5_000, 5_000], 1), Clear);
+        assert_eq!(f.observe([1_300, 0], NO_SE, P95, [5_000, 5_000], 2), Rising);
     }
 
     #[test]
     fn directions_are_judged_apart_and_the_worst_counts() {
         let mut f = LatFloors::default();
-        assert_eq!(f.observe([900, 300], NO_SE, P95, TARGET, 0), Queue::Clear);
+        assert_eq!(f.observe([900, 300], NO_SE, P95, TARGET, 0), Clear);
         // Writes are at 160 % of their floor but below a quarter of the target.
-        assert_eq!(f.observe([900, 480], NO_SE, P95, TARGET, 1), Queue::Clear);
-        assert_eq!(
-            f.observe([900, 1_200], NO_SE, P95, TARGET, 2),
-            Queue::Rising
-        );
+        assert_eq!(f.observe([900, 480], NO_SE, P95, TARGET, 1), Clear);
+        assert_eq!(f.observe([900, 1_200], NO_SE, P95, TARGET, 2), Rising);
         // No target for a direction (ppm_thr 1e6): never judged.
         let none = [50_000, MILLION as u32];
-        assert_eq!(
-            f.observe([900, 9_000], NO_SE, none, TARGET, 3),
-            Queue::Clear
-        );
+        assert_eq!(f.observe([900, 9_000], NO_SE, none, TARGET, 3), Clear);
     }
 
     #[test]
     fn the_floor_expires_after_its_window() {
         let mut f = LatFloors::default();
-        assert_eq!(f.observe([1_000, 0], NO_SE, P95, TARGET, 0), Queue::Clear);
-        assert_eq!(f.observe([1_600, 0], NO_SE, P95, TARGET, 1), Queue::Rising);
+        assert_eq!(f.observe([1_000, 0], NO_SE, P95, TARGET, 0), Clear);
+        assert_eq!(f.observe([1_600, 0], NO_SE, P95, TARGET, 1), Rising);
         // Ten seconds later the device is simply slower: the new mean is the floor.
         let later = FLOOR_WINDOW_NS + 2;
-        assert_eq!(
-            f.observe([1_600, 0], NO_SE, P95, TARGET, later),
-            Queue::Clear
-        );
+        assert_eq!(f.observe([1_600, 0], NO_SE, P95, TARGET, later), Clear);
     }
 
     #[test]
     fn a_rise_within_the_noise_of_the_mean_is_not_rising() {
         let target = [500, 500];
         let mut f = LatFloors::default();
-        assert_eq!(f.observe([200, 0], NO_SE, P95, target, 0), Queue::Clear);
+        assert_eq!(f.observe([200, 0], NO_SE, P95, target, 0), Clear);
         // 130 % of the floor, but the mean is only known to ±30 µs (one standard
         // error): the bar is 3 × 30 above the floor, 290 µs.
-        assert_eq!(f.observe([260, 0], [30, 0], P95, target, 1), Queue::Clear);
-        assert_eq!(f.observe([300, 0], [30, 0], P95, target, 2), Queue::Rising);
+        assert_eq!(f.observe([260, 0], [30, 0], P95, target, 1), Clear);
+        assert_eq!(f.observe([300, 0], [30, 0], P95, target, 2), Rising);
         // Known to ±5 µs, the 115 % bar (230 µs) is the higher one.
-        assert_eq!(f.observe([225, 0], [5, 0], P95, target, 3), Queue::Clear);
-        assert_eq!(f.observe([235, 0], [5, 0], P95, target, 4), Queue::Rising);
+        assert_eq!(f.observe([225, 0], [5, 0], P95, target, 3), Clear);
+        assert_eq!(f.observe([235, 0], [5, 0], P95, target, 4), Rising);
     }
 
     #[test]
@@ -252,13 +235,13 @@ mod tests {
         // A writer joins a reader: reads at 8× their target. The floor is the new level:
         // 220 µs is 110 % of it.
         let (mut f, at_spike) = spike_then_settle(4_000);
-        assert_eq!(at_spike, Queue::Clear);
-        assert_eq!(f.observe([220, 0], NO_SE, P95, target, 10), Queue::Clear);
-        assert_eq!(f.observe([240, 0], NO_SE, P95, target, 11), Queue::Rising);
+        assert_eq!(at_spike, Clear);
+        assert_eq!(f.observe([220, 0], NO_SE, P95, target, 10), Clear);
+        assert_eq!(f.observe([240, 0], NO_SE, P95, target, 11), Rising);
         // A miss that is not gross (3× the target) keeps the old floor, 100 µs: 220 µs
         // is rising against it.
         let (mut f, at_spike) = spike_then_settle(1_500);
-        assert_eq!(at_spike, Queue::Rising);
-        assert_eq!(f.observe([220, 0], NO_SE, P95, target, 10), Queue::Rising);
+        assert_eq!(at_spike, Rising);
+        assert_eq!(f.observe([220, 0], NO_SE, P95, target, 10), Rising);
     }
 }
