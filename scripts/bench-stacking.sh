@@ -28,6 +28,7 @@
 #
 # Usage: scripts/bench-stacking.sh [SECONDS]   (READERS=4 RATE=500 SLO_US=1000 ON= OFF=)
 #   RESULTS=DIR keeps each setup's bench JSON (per-second series) in DIR.
+#   CAPS="150 170" adds static caps at these MiB/s (to trace the cap's frontier).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -152,11 +153,12 @@ cap_levels=$overall_mibs
 if [ -n "$duty" ]; then
     cap_levels="$(python3 -c "print(max(1, round(float(open('$work/defaults.json.writer_when_readers_on').read()))))") $overall_mibs"
 fi
+cap_levels="$cap_levels ${CAPS:-}"
 for cap_mibs in $cap_levels; do
 if [ "$device" = emulated ]; then
     start_daemon "$(daemon_config '[device.qos]
 enable = false')"
-    run cap "cap at ${cap_mibs} MiB/s (paced writer)" "$cap_mibs"
+    run "cap$cap_mibs" "cap at ${cap_mibs} MiB/s (paced writer)" "$cap_mibs"
     stop_daemon
 else
     command -v qemu-storage-daemon >/dev/null || { echo "qemu-storage-daemon is required (apt-get install qemu-system-x86)"; exit 1; }
@@ -172,7 +174,7 @@ else
     qemu-storage-daemon "${args[@]}" 2>"$work/qsd.log" &
     qsd=$!
     for _ in $(seq 100); do [ -S "$work/writer.sock" ] && break; sleep 0.1; done
-    run cap "qemu-storage-daemon, writer capped at ${cap_mibs} MiB/s" || true
+    run "cap$cap_mibs" "qemu-storage-daemon, writer capped at ${cap_mibs} MiB/s" || true
     kill $qsd; wait $qsd 2>/dev/null || true
     rm -f "$work"/*.sock
 fi

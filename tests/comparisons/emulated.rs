@@ -140,19 +140,16 @@ fn a_qd1_reader_beside_a_large_writer_keeps_most_of_its_solo_iops() {
     });
 }
 
-/// The stacking scenario under steady contention (four QD1 readers paced at 500 IOPS
-/// beside an unpaced 1 MiB QD8 writer) on the defaults: the writer's per-second
-/// throughput varies little (coefficient of variation ≤ 0.25), and the writer costs the
-/// readers few of the periods in which they meet the read target: at most 5 points
-/// fewer than the same readers meet alone. The absolute criterion, ≥ 95 %, is checked
-/// where the device's behaviour is all there is, in `sim::tests::stacking_settles_*`:
-/// here the daemon's completion threads share 2 cores with five client threads, and
-/// right after a build (writeback) the readers alone met the calibrated 375 µs p90 in
-/// only 80–91 % of the periods.
+/// Issue #12 item 2 on the real data path: the stacking scenario under steady contention
+/// (four QD1 readers paced at 500 IOPS beside an unpaced 1 MiB QD8 writer) on the
+/// defaults. The readers' p90 target is met in at least 95 % of the contended planning
+/// periods and the writer's per-second throughput varies little (coefficient of
+/// variation ≤ 0.25). The 95 % is judged only where the host lets the readers alone meet
+/// their target in at least 99 % of the periods: the daemon's completion threads share 2
+/// cores with five client threads, and right after a build (writeback) the readers alone
+/// have met it in only 80–91 %. There the writer must cost them at most 5 points.
 #[test]
-#[ignore = "open on this 2-core machine: with the writer the readers met the target in 92-94 % of periods, alone in 99-100 %; see BENCHMARKS.md"]
-fn stacking_under_steady_contention_the_writer_is_steady_and_adds_few_misses() {
-    let _one_at_a_time = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+fn stacking_under_steady_contention_the_writer_is_steady_and_the_target_holds() {
     let readers: Vec<String> = (0..4).map(|i| format!("r{i}")).collect();
     let mut volumes: String = readers
         .iter()
@@ -185,21 +182,24 @@ fn stacking_under_steady_contention_the_writer_is_steady_and_adds_few_misses() {
         let missed = device["contended_periods_missed"].as_u64().unwrap();
         (1.0 - missed as f64 / periods.max(1) as f64, results)
     };
-    let (alone, _) = run(false);
-    let (met, results) = run(true);
-    let writer = results.last().unwrap();
-    let mibs: Vec<f64> = writer.per_second[2..].iter().map(|s| s.mib_per_s).collect();
-    let mean = mibs.iter().sum::<f64>() / mibs.len() as f64;
-    let sd = (mibs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / mibs.len() as f64).sqrt();
-    eprintln!(
-        "writer {mean:.1} MiB/s per second, CoV {:.3}; read target met in {:.1} % of contended periods ({:.1} % without the writer)",
-        sd / mean,
-        met * 100.0,
-        alone * 100.0
-    );
-    assert!(sd / mean <= 0.25, "writer per-second MiB/s {mibs:?}");
-    assert!(
-        met >= alone - 0.05,
-        "met in {met:.3} of the periods, {alone:.3} without the writer"
-    );
+    measure("stacking", || {
+        let (alone, _) = run(false);
+        let (met, results) = run(true);
+        let writer = results.last().unwrap();
+        let mibs: Vec<f64> = writer.per_second[2..].iter().map(|s| s.mib_per_s).collect();
+        let mean = mibs.iter().sum::<f64>() / mibs.len() as f64;
+        let sd = (mibs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / mibs.len() as f64).sqrt();
+        let summary = format!(
+            "writer {mean:.1} MiB/s per second, CoV {:.3}; read target met in {:.1} % of \
+             contended periods ({:.1} % without the writer)",
+            sd / mean,
+            met * 100.0,
+            alone * 100.0
+        );
+        eprintln!("{summary}");
+        let floor = if alone >= 0.99 { 0.95 } else { alone - 0.05 };
+        (sd / mean <= 0.25 && met >= floor)
+            .then_some(())
+            .ok_or(summary)
+    });
 }
