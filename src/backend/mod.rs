@@ -5,13 +5,16 @@
 //! - [`blk_config`]: features and config space.
 //! - [`disk`], [`bounce`], [`engine`]: the host disk, O_DIRECT bounce buffers, io_uring.
 //! - [`slots`]: the device-wide in-flight limit.
-//! - [`admission`]: the only interface to the QoS core.
-//! - [`worker`]: a volume's event loop state (pop, admit, submit, complete).
+//! - [`admission`]: the only interface to the QoS core; [`admit_queue`]: the volume FIFO
+//!   in front of it (only the head is offered; shared with the simulator).
+//! - [`worker`]: a volume's event loop state: popping the rings (`ring`), admission
+//!   (`mod`), requests on the device (`inflight`).
 //! - [`vhost`]: the `VhostUserBackend` implementation for one connection.
 //! - [`server`]: per-volume listener threads, reconnects and graceful shutdown;
 //!   [`handshake`]: the deadline for a new frontend's first message.
 
 pub mod admission;
+pub(crate) mod admit_queue;
 pub mod blk_config;
 pub mod bounce;
 pub mod chain;

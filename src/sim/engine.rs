@@ -5,18 +5,19 @@
 //! to each event's time. No threads, no sleeping, so a run is a pure function of the
 //! scenario and its seed.
 //!
-//! The loop plays the data path's part exactly as the daemon must: a per-volume FIFO of
-//! parked requests, only the head offered to [`VolumeQos::admit`], a timer per volume
+//! The loop plays the data path's part exactly as the daemon does: the per-volume FIFO of
+//! `backend::admit_queue` (only the head offered to admission control), a timer per volume
 //! at the returned `until_ns`, a planner tick at the interval [`QosDevice::plan`]
 //! returns (after which every parked head is offered again), and completions reported
 //! with admission, slot and completion times.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::BinaryHeap;
 use std::sync::Arc;
 
+use crate::backend::admit_queue::{AdmitQueue, Next};
 use crate::cost_model::{CostInput, CostModel, IoKind};
-use crate::qos::{Charge, Decision, IoRequest, ManualClock, QosDevice, VolumeQos};
+use crate::qos::{Charge, IoRequest, ManualClock, QosDevice, VolumeQos};
 
 use super::disk::Disk;
 use super::report::{Completion, SimResult, TracePoint};
@@ -60,9 +61,11 @@ struct Req {
     charge: Option<Charge>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct VolState {
-    parked: VecDeque<ReqId>,
+    /// The data path's own FIFO discipline (`backend::admit_queue`); device slots are the
+    /// modelled disk's (`Disk::slot_wait`), so the FIFO never waits for one.
+    parked: AdmitQueue<ReqId, Charge>,
     timer_at: Option<u64>,
     timer_token: u64,
     /// End of the previous admitted request, for the disk's own seq/rand decision.
@@ -261,7 +264,8 @@ impl Sim {
             }
         };
         let v = self.reqs[id].vol;
-        self.vstate[v].parked.push_back(id);
+        let io = self.reqs[id].io;
+        self.vstate[v].parked.push(id, io);
         if self.vstate[v].parked.len() == 1 {
             self.kick(v);
         }
@@ -269,13 +273,12 @@ impl Sim {
 
     /// Offer parked heads until one has to wait.
     fn kick(&mut self, v: usize) {
-        while let Some(&id) = self.vstate[v].parked.front() {
-            match self.vols[v].admit(&self.reqs[id].io) {
-                Decision::Go(charge) => {
-                    self.vstate[v].parked.pop_front();
-                    self.dispatch(id, charge);
-                }
-                Decision::Wait { until_ns } => {
+        loop {
+            let vol = self.vols[v].as_ref();
+            let now_ns = crate::backend::admission::Admission::now_ns(vol);
+            match self.vstate[v].parked.next(vol, now_ns, || true) {
+                Next::Start(p) => self.dispatch(p.req, p.ticket.expect("admitted")),
+                Next::WaitUntil(until_ns) => {
                     let at = until_ns.saturating_sub(T0).max(self.now + 1);
                     let st = &mut self.vstate[v];
                     if st.timer_at.is_some_and(|t| t <= at) {
@@ -287,6 +290,7 @@ impl Sim {
                     self.push(at, Event::Timer(v, token));
                     return;
                 }
+                Next::NoSlot | Next::Empty => return,
             }
         }
     }

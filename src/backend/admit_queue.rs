@@ -1,0 +1,285 @@
+//! The volume FIFO between parsing and the device (design §3.6). Requests wait in arrival
+//! order and only the head is offered to admission control: a head told to wait holds
+//! everything behind it, and an admitted head keeps its place while it waits for a device
+//! slot. Transport-free: the worker drives it with io_uring and device slots, the
+//! simulator (`sim::engine`) with its modelled disk, and its tests with a scripted
+//! admission control.
+
+use std::collections::VecDeque;
+
+use crate::backend::admission::{Admission, Decision, IoRequest};
+
+/// A request waiting in the FIFO: `req` is whatever the caller needs to start it.
+pub(crate) struct Parked<R, T> {
+    pub req: R,
+    pub io: IoRequest,
+    /// Set once admission control admitted it.
+    pub ticket: Option<T>,
+    /// When it was admitted (0 until then).
+    pub admitted_ns: u64,
+}
+
+/// What the FIFO head may do now.
+pub(crate) enum Next<R, T> {
+    /// Admitted and holding a device slot: start it.
+    Start(Parked<R, T>),
+    /// Not admitted before this time: arm the timer, offer the head again then (or after a
+    /// planner run, which may have made it admissible earlier).
+    WaitUntil(u64),
+    /// Admitted, but no device slot is free: offer the head again when one is.
+    NoSlot,
+    /// Nothing is parked.
+    Empty,
+}
+
+pub(crate) struct AdmitQueue<R, T> {
+    fifo: VecDeque<Parked<R, T>>,
+}
+
+impl<R, T> Default for AdmitQueue<R, T> {
+    fn default() -> Self {
+        AdmitQueue {
+            fifo: VecDeque::new(),
+        }
+    }
+}
+
+impl<R, T> AdmitQueue<R, T> {
+    pub fn push(&mut self, req: R, io: IoRequest) {
+        self.fifo.push_back(Parked {
+            req,
+            io,
+            ticket: None,
+            admitted_ns: 0,
+        });
+    }
+
+    pub fn len(&self) -> usize {
+        self.fifo.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.fifo.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Parked<R, T>> {
+        self.fifo.iter()
+    }
+
+    /// Offers the head to `admission` (unless it was admitted earlier) and then asks
+    /// `take_slot` for a device slot.
+    pub fn next<A: Admission<Ticket = T>>(
+        &mut self,
+        admission: &A,
+        now_ns: u64,
+        take_slot: impl FnOnce() -> bool,
+    ) -> Next<R, T> {
+        let Some(head) = self.fifo.front_mut() else {
+            return Next::Empty;
+        };
+        if head.ticket.is_none() {
+            match admission.admit(&head.io, now_ns) {
+                Decision::Go(ticket) => {
+                    head.ticket = Some(ticket);
+                    head.admitted_ns = now_ns;
+                }
+                Decision::Wait { until_ns } => return Next::WaitUntil(until_ns),
+            }
+        }
+        if !take_slot() {
+            return Next::NoSlot;
+        }
+        Next::Start(self.fifo.pop_front().expect("the head exists"))
+    }
+
+    /// Removes every request `pick` selects, wherever it is, in order, for the caller to
+    /// start without admission (a queue being stopped must not wait behind another
+    /// queue's throttled requests). If the head goes unadmitted, admission control is told
+    /// it will not be offered again. Unadmitted requests get `now_ns` as their admission.
+    pub fn take_where<A: Admission<Ticket = T>>(
+        &mut self,
+        admission: &A,
+        now_ns: u64,
+        pick: impl Fn(&R) -> bool,
+    ) -> Vec<Parked<R, T>> {
+        let mut taken = Vec::new();
+        let mut i = 0;
+        while i < self.fifo.len() {
+            if !pick(&self.fifo[i].req) {
+                i += 1;
+                continue;
+            }
+            let mut p = self.fifo.remove(i).expect("index in range");
+            if i == 0 && p.ticket.is_none() {
+                // It may have been told to wait: QoS must not keep counting it as waiting.
+                admission.abandon_wait();
+            }
+            if p.admitted_ns == 0 {
+                p.admitted_ns = now_ns;
+            }
+            taken.push(p);
+        }
+        taken
+    }
+
+    /// Empties the FIFO (the connection is gone): the requests were never started.
+    pub fn drain(&mut self) -> impl Iterator<Item = Parked<R, T>> + '_ {
+        self.fifo.drain(..)
+    }
+}
+
+/// The earliest deadline a wait timer is armed for: a later one need not re-arm it (the
+/// earlier expiry offers the head again and learns the new time).
+#[derive(Default)]
+pub(crate) struct WaitDeadline(Option<u64>);
+
+impl WaitDeadline {
+    /// Whether the timer must be (re)armed for `deadline_ns`; records it if so.
+    pub fn arm(&mut self, deadline_ns: u64) -> bool {
+        if self.0.is_some_and(|d| d <= deadline_ns) {
+            return false;
+        }
+        self.0 = Some(deadline_ns);
+        true
+    }
+
+    /// The timer fired.
+    pub fn fired(&mut self) {
+        self.0 = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::admission::{IoKind, Timing};
+    use std::sync::Mutex;
+
+    /// Admission control that answers from a script and records what it was asked.
+    #[derive(Default)]
+    struct Scripted {
+        answers: Mutex<Vec<Decision<u32>>>,
+        offered: Mutex<Vec<u64>>,
+        abandoned: Mutex<u32>,
+    }
+
+    impl Scripted {
+        fn answering(answers: &[Decision<u32>]) -> Self {
+            let mut a = answers.to_vec();
+            a.reverse();
+            Scripted {
+                answers: Mutex::new(a),
+                ..Default::default()
+            }
+        }
+    }
+
+    impl Admission for Scripted {
+        type Ticket = u32;
+        fn now_ns(&self) -> u64 {
+            0
+        }
+        fn admit(&self, io: &IoRequest, _now_ns: u64) -> Decision<u32> {
+            self.offered.lock().unwrap().push(io.offset);
+            let next = self.answers.lock().unwrap().pop();
+            next.expect("more offers than scripted answers")
+        }
+        fn complete(&self, _: &[(u32, Timing)]) {}
+        fn abandon_wait(&self) {
+            *self.abandoned.lock().unwrap() += 1;
+        }
+    }
+
+    fn io(offset: u64) -> IoRequest {
+        IoRequest {
+            kind: IoKind::Read,
+            offset,
+            len: 4096,
+        }
+    }
+
+    fn queue(offsets: &[u64]) -> AdmitQueue<u64, u32> {
+        let mut q = AdmitQueue::default();
+        for &o in offsets {
+            q.push(o, io(o));
+        }
+        q
+    }
+
+    fn started(n: Next<u64, u32>) -> (u64, Option<u32>, u64) {
+        match n {
+            Next::Start(p) => (p.req, p.ticket, p.admitted_ns),
+            _ => panic!("expected a start"),
+        }
+    }
+
+    #[test]
+    fn only_the_head_is_offered_and_a_waiting_head_holds_the_rest() {
+        let a = Scripted::answering(&[
+            Decision::Go(1),
+            Decision::Wait { until_ns: 500 },
+            Decision::Go(2),
+        ]);
+        let mut q = queue(&[10, 20, 30]);
+        assert_eq!(started(q.next(&a, 100, || true)), (10, Some(1), 100));
+        assert!(matches!(q.next(&a, 100, || true), Next::WaitUntil(500)));
+        // The wait is over: the same head is offered again, never the one behind it.
+        assert_eq!(started(q.next(&a, 500, || true)), (20, Some(2), 500));
+        assert_eq!(*a.offered.lock().unwrap(), [10, 20, 20]);
+    }
+
+    #[test]
+    fn an_admitted_head_keeps_its_ticket_and_place_while_it_waits_for_a_slot() {
+        let a = Scripted::answering(&[Decision::Go(7)]);
+        let mut q = queue(&[10, 20]);
+        assert!(matches!(q.next(&a, 100, || false), Next::NoSlot));
+        // Not offered to admission again: it was charged once.
+        assert_eq!(started(q.next(&a, 300, || true)), (10, Some(7), 100));
+        assert_eq!(*a.offered.lock().unwrap(), [10]);
+    }
+
+    #[test]
+    fn an_empty_queue_asks_nobody() {
+        let a = Scripted::answering(&[]);
+        let mut q = queue(&[]);
+        assert!(matches!(
+            q.next(&a, 0, || panic!("no slot needed")),
+            Next::Empty
+        ));
+    }
+
+    #[test]
+    fn stopping_takes_the_picked_requests_in_order_and_abandons_the_heads_wait() {
+        let a = Scripted::answering(&[Decision::Wait { until_ns: 900 }]);
+        let mut q = queue(&[11, 20, 31, 40]);
+        assert!(matches!(q.next(&a, 100, || true), Next::WaitUntil(900)));
+        let odd = q.take_where(&a, 200, |r| r % 2 == 1);
+        let taken: Vec<_> = odd
+            .iter()
+            .map(|p| (p.req, p.ticket, p.admitted_ns))
+            .collect();
+        assert_eq!(taken, [(11, None, 200), (31, None, 200)]);
+        assert_eq!(*a.abandoned.lock().unwrap(), 1);
+        let rest: Vec<u64> = q.iter().map(|p| p.req).collect();
+        assert_eq!(rest, [20, 40]);
+    }
+
+    #[test]
+    fn taking_from_behind_an_unadmitted_head_keeps_its_wait() {
+        let a = Scripted::answering(&[Decision::Wait { until_ns: 900 }]);
+        let mut q = queue(&[10, 21]);
+        assert!(matches!(q.next(&a, 100, || true), Next::WaitUntil(900)));
+        assert_eq!(q.take_where(&a, 200, |r| r % 2 == 1).len(), 1);
+        assert_eq!(*a.abandoned.lock().unwrap(), 0);
+    }
+
+    #[test]
+    fn a_later_deadline_does_not_rearm_the_timer() {
+        let mut d = WaitDeadline::default();
+        assert!(d.arm(500));
+        assert!(!d.arm(700));
+        assert!(d.arm(300));
+        d.fired();
+        assert!(d.arm(700));
+    }
+}

@@ -1,0 +1,433 @@
+//! Requests on the device: building the io_uring operation for an admitted request
+//! (iovecs over guest memory, O_DIRECT bounce buffers, the emulated disk's deadline,
+//! injected faults), and finishing it on completion (copy-back, status, used ring,
+//! counters, the write-zeroes fallback, the report to admission control).
+
+use std::io;
+use std::sync::Arc;
+
+use virtio_bindings::virtio_blk::{VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend};
+
+use super::{Mem, Popped, Worker};
+use crate::backend::admission::{Admission, IoKind, IoRequest, Timing};
+use crate::backend::admit_queue::Parked;
+use crate::backend::bounce::BounceBuffer;
+use crate::backend::engine::{monotonic_now_ns, DeviceOp};
+use crate::backend::request::{RequestKind, Segment};
+use crate::backend::volume::VolumeCounters;
+use crate::cost_model::CostInput;
+use crate::emulated::faults::{Fault, FaultError};
+
+/// Linux caps one readv/writev at this many iovecs; larger requests are bounced.
+const IOV_MAX: usize = 1024;
+/// The largest request copied through a bounce buffer (Linux guests send at most a few
+/// MiB per request; larger unaligned requests fail with IOERR).
+const MAX_BOUNCE_BYTES: usize = 8 << 20;
+
+/// A request the device is working on. Owns everything the kernel points into.
+pub(super) struct InFlight<T> {
+    pub(super) queue: u16,
+    head: u16,
+    kind: RequestKind,
+    io: IoRequest,
+    status_addr: u64,
+    /// Bytes written into guest buffers on success (reads), for the used length.
+    guest_written: u32,
+    iovecs: Vec<libc::iovec>,
+    /// O_DIRECT bounce buffer and, for reads, the guest segments to copy it back into.
+    bounce: Option<BounceBuffer>,
+    copy_back: Vec<Segment>,
+    /// Keeps the guest memory mapped until the kernel is done with it, even if the
+    /// frontend replaces the memory table meanwhile.
+    mem: Arc<Mem>,
+    pub(super) ticket: Option<T>,
+    pub(super) timing: Timing,
+    /// An injected device error (`[[device.emulated.faults]]`) replacing the result.
+    fault: Option<Fault>,
+}
+
+// SAFETY: the raw iovec pointers point into `mem` (kept alive by the Arc) or into `bounce`,
+// both owned by this record; nothing else aliases them.
+unsafe impl<T: Send> Send for InFlight<T> {}
+
+/// Empty iovec arrays kept for their capacity.
+#[derive(Default)]
+pub(super) struct IovecPool(Vec<Vec<libc::iovec>>);
+
+// SAFETY: the pooled vectors are always empty (cleared before they are pooled), so they
+// hold no pointers; only their allocations move between threads.
+unsafe impl Send for IovecPool {}
+
+impl<A: Admission> Worker<A> {
+    /// Builds the device operation for an admitted request and queues it on the ring.
+    pub(super) fn start(&mut self, p: Parked<Popped, A::Ticket>, now: u64) -> io::Result<()> {
+        let vol = &self.volume;
+        let disk = &vol.shared.disk;
+        let host_offset = vol.host_offset + p.req.request.offset;
+        let fault = vol.shared.faults.pick(&vol.name, p.io.kind);
+        let mut record = InFlight {
+            queue: p.req.queue,
+            head: p.req.head,
+            kind: p.req.request.kind,
+            io: p.io,
+            status_addr: p.req.request.status_addr,
+            guest_written: 0,
+            iovecs: self.iovec_pool.0.pop().unwrap_or_default(),
+            bounce: None,
+            copy_back: Vec::new(),
+            mem: p.req.mem,
+            ticket: p.ticket,
+            timing: Timing {
+                admitted_ns: p.admitted_ns,
+                submitted_ns: now,
+                completed_ns: 0,
+            },
+            fault,
+        };
+        let op = match p.req.request.kind {
+            RequestKind::Read | RequestKind::Write => {
+                let is_read = p.req.request.kind == RequestKind::Read;
+                if disk.direct
+                    && (host_offset % disk.block_size != 0
+                        || p.req.request.len % disk.block_size != 0)
+                {
+                    // O_DIRECT cannot do sub-block I/O; we do not read-modify-write.
+                    self.fail_unstarted(
+                        record,
+                        "offset or length not aligned to the host block size",
+                    );
+                    return Ok(());
+                }
+                if let Err(why) = self.map_iovecs(&mut record, &p.req.request.data, is_read) {
+                    self.fail_unstarted(record, &why);
+                    return Ok(());
+                }
+                let block = if disk.direct { disk.block_size } else { 1 };
+                if let Some(keep) = fault.and_then(|f| f.short_len(p.req.request.len, block)) {
+                    truncate_iovecs(&mut record.iovecs, keep as usize);
+                }
+                if is_read {
+                    record.guest_written = p.req.request.len as u32;
+                }
+                let (iovecs, count) = (record.iovecs.as_ptr(), record.iovecs.len() as u32);
+                if is_read {
+                    DeviceOp::Readv {
+                        iovecs,
+                        count,
+                        offset: host_offset,
+                    }
+                } else {
+                    DeviceOp::Writev {
+                        iovecs,
+                        count,
+                        offset: host_offset,
+                    }
+                }
+            }
+            RequestKind::Flush => DeviceOp::Flush,
+            RequestKind::Discard => DeviceOp::Fallocate {
+                offset: host_offset,
+                len: p.req.request.len,
+                mode: libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            },
+            RequestKind::WriteZeroes { unmap } => DeviceOp::Fallocate {
+                offset: host_offset,
+                len: p.req.request.len,
+                mode: if unmap {
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE
+                } else {
+                    libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE
+                },
+            },
+            RequestKind::GetId => unreachable!("GET_ID is answered when popped"),
+        };
+        let op = if disk.file.is_none() {
+            DeviceOp::Nop
+        } else {
+            op
+        };
+        let mut deadline = self.emulated_deadline(&record.io, host_offset);
+        if let Some(fault) = fault.filter(|f| f.error == FaultError::Stall) {
+            let held = monotonic_now_ns().saturating_add(fault.stall_ns);
+            deadline = Some(deadline.map_or(held, |d| d.max(held)));
+        }
+        self.submit_op(record, op, deadline);
+        Ok(())
+    }
+
+    /// `kind = "emulated"`: when the emulated disk completes this request, on
+    /// CLOCK_MONOTONIC. It sees the volume's requests in order, for its seq/rand pricing.
+    fn emulated_deadline(&mut self, io: &IoRequest, host_offset: u64) -> Option<u64> {
+        let emulated = self.volume.shared.emulated.as_ref()?;
+        let input = CostInput {
+            kind: io.kind,
+            offset: host_offset,
+            len: io.len,
+            prev_end: self.emulated_prev_end,
+        };
+        if io.kind != IoKind::Flush {
+            self.emulated_prev_end = Some(host_offset.saturating_add(io.len));
+        }
+        let now = monotonic_now_ns();
+        let mut disk = emulated.lock().unwrap_or_else(|e| e.into_inner());
+        Some(disk.serve(now, &input).done_ns)
+    }
+
+    /// Hands `op` to the kernel on behalf of `record` (its completion held until
+    /// `deadline_ns` if given); if the ring refuses it, the request fails with IOERR
+    /// instead of waiting for a completion that will never come.
+    fn submit_op(&mut self, record: InFlight<A::Ticket>, op: DeviceOp, deadline_ns: Option<u64>) {
+        let slot = self.insert(record);
+        let pushed = match deadline_ns {
+            Some(deadline) => self.engine.push_until(op, slot as u64, deadline),
+            None => self.engine.push(op, slot as u64),
+        };
+        if let Err(e) = pushed {
+            let record = self.inflight[slot].take().expect("just inserted");
+            self.free_slots.push(slot);
+            self.in_flight_count -= 1;
+            self.fail_unstarted(record, &format!("io_uring refused the request: {e}"));
+        }
+    }
+
+    /// Fills `record.iovecs` with host pointers for `data`, through a bounce buffer when the
+    /// guest buffers break O_DIRECT alignment, or says why it cannot.
+    fn map_iovecs(
+        &self,
+        record: &mut InFlight<A::Ticket>,
+        data: &[Segment],
+        is_read: bool,
+    ) -> Result<(), String> {
+        let disk = &self.volume.shared.disk;
+        let not_ram = |addr: u64| format!("guest buffer {addr:#x} is not guest RAM");
+        let mut aligned = true;
+        for seg in data {
+            for slice in record
+                .mem
+                .get_slices(GuestAddress(seg.addr), seg.len as usize)
+            {
+                let slice = slice.map_err(|_| not_ram(seg.addr))?;
+                let base = slice.ptr_guard_mut().as_ptr();
+                aligned &= (base as u64) % disk.mem_align == 0
+                    && (slice.len() as u64) % disk.mem_align == 0;
+                record.iovecs.push(libc::iovec {
+                    iov_base: base.cast(),
+                    iov_len: slice.len(),
+                });
+            }
+        }
+        if (disk.direct && !aligned) || record.iovecs.len() > IOV_MAX {
+            let total: usize = data.iter().map(|s| s.len as usize).sum();
+            if total > MAX_BOUNCE_BYTES {
+                // The guest chooses the size: never allocate gigabytes on its behalf.
+                return Err(format!(
+                    "{total} bytes in unaligned guest buffers (at most {MAX_BOUNCE_BYTES} are copied through a bounce buffer)"
+                ));
+            }
+            let mut buffer =
+                BounceBuffer::zeroed(total, disk.mem_align.max(disk.block_size) as usize);
+            if is_read {
+                record.copy_back = data.to_vec();
+            } else {
+                let mut at = 0;
+                for seg in data {
+                    let dst = &mut buffer.as_mut_slice()[at..at + seg.len as usize];
+                    record
+                        .mem
+                        .read_slice(dst, GuestAddress(seg.addr))
+                        .map_err(|_| not_ram(seg.addr))?;
+                    at += seg.len as usize;
+                }
+            }
+            record.iovecs = vec![libc::iovec {
+                iov_base: buffer.as_mut_ptr().cast(),
+                iov_len: total,
+            }];
+            record.bounce = Some(buffer);
+            VolumeCounters::add(&self.volume.counters.bounced, 1);
+        }
+        Ok(())
+    }
+
+    /// Fails a request that holds a device slot but never reached the device.
+    fn fail_unstarted(&mut self, record: InFlight<A::Ticket>, why: &str) {
+        if let Some(suppressed) = self.warn.check() {
+            tracing::warn!(volume = %self.volume.name, suppressed, "request failed: {why}");
+        }
+        let now = self.volume.admission.now_ns();
+        self.complete_one(record, -libc::EINVAL, false, now);
+    }
+
+    fn insert(&mut self, record: InFlight<A::Ticket>) -> usize {
+        self.in_flight_count += 1;
+        match self.free_slots.pop() {
+            Some(i) => {
+                self.inflight[i] = Some(record);
+                i
+            }
+            None => {
+                self.inflight.push(Some(record));
+                self.inflight.len() - 1
+            }
+        }
+    }
+
+    /// Reaps every posted completion. Returns how many there were.
+    pub(super) fn complete_ready(&mut self) -> io::Result<usize> {
+        let mut done = std::mem::take(&mut self.reaped);
+        self.engine.reap_into(&mut done);
+        let n = done.len();
+        // One clock read for the batch: they were all reaped now.
+        let now = if n > 0 {
+            self.volume.admission.now_ns()
+        } else {
+            0
+        };
+        for &(user_data, result) in &done {
+            let index = user_data as usize;
+            let Some(record) = self.inflight.get_mut(index).and_then(Option::take) else {
+                tracing::error!(volume = %self.volume.name, user_data, "completion for an unknown request");
+                continue;
+            };
+            self.free_slots.push(index);
+            self.in_flight_count -= 1;
+            if let Some(record) = self.retry_write_zeroes(record, result) {
+                self.complete_one(record, result, true, now);
+            }
+        }
+        self.reaped = done;
+        Ok(n)
+    }
+
+    /// Filesystems without FALLOC_FL_ZERO_RANGE (tmpfs, some network file systems) get the
+    /// zeroes written from a zeroed buffer instead. Returns the record if it is finished.
+    fn retry_write_zeroes(
+        &mut self,
+        mut record: InFlight<A::Ticket>,
+        result: i32,
+    ) -> Option<InFlight<A::Ticket>> {
+        let unsupported = result == -libc::EOPNOTSUPP || result == -libc::EINVAL;
+        if !(unsupported
+            && matches!(record.kind, RequestKind::WriteZeroes { .. })
+            && record.bounce.is_none())
+        {
+            return Some(record);
+        }
+        let disk = &self.volume.shared.disk;
+        let buffer = BounceBuffer::zeroed(
+            record.io.len as usize,
+            disk.mem_align.max(disk.block_size) as usize,
+        );
+        record.iovecs = vec![libc::iovec {
+            iov_base: buffer.as_mut_ptr().cast(),
+            iov_len: record.io.len as usize,
+        }];
+        record.bounce = Some(buffer);
+        let op = DeviceOp::Writev {
+            iovecs: record.iovecs.as_ptr(),
+            count: 1,
+            offset: self.volume.host_offset + record.io.offset,
+        };
+        self.submit_op(record, op, None);
+        None
+    }
+
+    /// Finishes one request: copies bounced reads back, writes the status, returns the
+    /// chain, releases the device slot, and reports the completion to QoS.
+    fn complete_one(
+        &mut self,
+        mut record: InFlight<A::Ticket>,
+        result: i32,
+        log_failure: bool,
+        now_ns: u64,
+    ) {
+        let vol = self.volume.clone();
+        let c = &vol.counters;
+        let expected = match record.kind {
+            RequestKind::Read | RequestKind::Write if vol.shared.disk.file.is_some() => {
+                record.io.len as i64
+            }
+            _ => 0,
+        };
+        let result = match record.fault.and_then(|f| f.errno()) {
+            // The device's own error wins over an injected one.
+            Some(errno) if result >= 0 => -errno,
+            _ => result,
+        };
+        let mut ok = i64::from(result) == expected
+            || (result == -libc::EOPNOTSUPP && record.kind == RequestKind::Discard);
+        if ok {
+            if let Some(buffer) = &record.bounce {
+                let mut at = 0;
+                for seg in &record.copy_back {
+                    let src = &buffer.as_slice()[at..at + seg.len as usize];
+                    ok &= record.mem.write_slice(src, GuestAddress(seg.addr)).is_ok();
+                    at += seg.len as usize;
+                }
+            }
+        }
+        if ok {
+            let (count, bytes) = match record.kind {
+                RequestKind::Read => (&c.reads, Some(&c.read_bytes)),
+                RequestKind::Write => (&c.writes, Some(&c.write_bytes)),
+                RequestKind::Flush => (&c.flushes, None),
+                RequestKind::Discard => (&c.discards, None),
+                _ => (&c.write_zeroes, None),
+            };
+            VolumeCounters::add(count, 1);
+            if let Some(bytes) = bytes {
+                VolumeCounters::add(bytes, record.io.len);
+            }
+        } else {
+            VolumeCounters::add(&c.errors, 1);
+            if let Some(suppressed) = log_failure.then(|| self.warn.check()).flatten() {
+                tracing::warn!(
+                    volume = %vol.name, kind = ?record.kind, offset = record.io.offset, len = record.io.len,
+                    injected = record.fault.is_some(), suppressed, "device I/O failed: {}", describe_result(result, expected)
+                );
+            }
+        }
+        let status = if ok {
+            VIRTIO_BLK_S_OK
+        } else {
+            VIRTIO_BLK_S_IOERR
+        } as u8;
+        let written = if ok { record.guest_written } else { 0 };
+        self.finish(
+            record.queue,
+            record.head,
+            record.status_addr,
+            status,
+            written,
+            &record.mem,
+        );
+        vol.shared.slots.release();
+        record.timing.completed_ns = now_ns;
+        if let Some(ticket) = record.ticket.take() {
+            self.settled.push((ticket, record.timing));
+        }
+        if record.bounce.is_none() {
+            record.iovecs.clear();
+            self.iovec_pool.0.push(record.iovecs);
+        }
+    }
+}
+
+/// Shortens `iovecs` to describe only their first `keep` bytes.
+fn truncate_iovecs(iovecs: &mut Vec<libc::iovec>, keep: usize) {
+    let mut left = keep;
+    iovecs.retain_mut(|v| {
+        v.iov_len = v.iov_len.min(left);
+        left -= v.iov_len;
+        v.iov_len > 0
+    });
+}
+
+fn describe_result(result: i32, expected: i64) -> String {
+    if result < 0 {
+        io::Error::from_raw_os_error(-result).to_string()
+    } else {
+        format!("short transfer: {result} of {expected} bytes")
+    }
+}

@@ -1,0 +1,332 @@
+//! A volume's worker: the event-loop state behind one vhost-user connection.
+//!
+//! One worker thread serves every queue of its volume. On a kick it pops descriptor
+//! chains, parses and validates them, and appends them to the volume's FIFO
+//! ([`ring`]). `dispatch` then lets the FIFO head go when admission control (QoS) admits
+//! it and a device slot is free ([`super::admit_queue`]), and hands it to io_uring
+//! ([`inflight`]). Completions write the status byte, return the chain to the used ring,
+//! and let the next parked requests go. Nothing here blocks: a throttled request waits on
+//! a timerfd, a request without a device slot on a wake eventfd, both on this worker's
+//! epoll.
+
+mod inflight;
+mod ring;
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use vhost_user_backend::VringRwLock;
+use vm_memory::GuestMemoryMmap;
+use vmm_sys_util::eventfd::EventFd;
+use vmm_sys_util::timerfd::TimerFd;
+
+use self::inflight::{InFlight, IovecPool};
+use super::admission::{Admission, Timing};
+use super::admit_queue::{AdmitQueue, Next, WaitDeadline};
+use super::engine::Engine;
+use super::request::{ChainLayout, Request};
+use super::volume::Volume;
+use crate::logging::LogLimiter;
+
+pub type Mem = GuestMemoryMmap<()>;
+pub type Vring = VringRwLock<vm_memory::GuestMemoryAtomic<Mem>>;
+
+/// A validated request as popped: where it came from and the guest memory it points into.
+struct Popped {
+    queue: u16,
+    head: u16,
+    request: Request,
+    mem: Arc<Mem>,
+}
+
+pub struct Worker<A: Admission> {
+    volume: Arc<Volume<A>>,
+    engine: Engine,
+    pub timer: TimerFd,
+    timer_deadline: WaitDeadline,
+    pub wake_evt: Arc<EventFd>,
+    waiting_for_slot: bool,
+    fifo: AdmitQueue<Popped, A::Ticket>,
+    inflight: Vec<Option<InFlight<A::Ticket>>>,
+    free_slots: Vec<usize>,
+    in_flight_count: usize,
+    /// The vrings of this connection, captured from the first event (for `drain`, which
+    /// runs outside the event loop).
+    vrings: Vec<Vring>,
+    /// Vrings with new used entries since the last notification (bit per queue).
+    touched: u64,
+    /// Queues being stopped: no more pops, parked requests go without waiting.
+    stopping: u64,
+    /// Set by a shutdown drain: a later GET_VRING_BASE must not re-enable popping.
+    shutting_down: bool,
+    /// Queues whose guest broke the ring protocol (an avail index that cannot be right,
+    /// or more chains outstanding than the ring holds): not served until restarted.
+    broken: u64,
+    /// Chains popped from each queue and not yet returned to the used ring. A driver can
+    /// never have more than the ring size outstanding; this bounds what a guest can make
+    /// the worker hold.
+    outstanding: Vec<u32>,
+    warn: LogLimiter,
+    /// Scratch space reused per request or batch, so the hot path does not allocate:
+    /// reaped completions, the descriptor layout of the chain being parsed, and iovec
+    /// arrays returned by completed requests.
+    reaped: Vec<(u64, i32)>,
+    layout: ChainLayout,
+    /// Completions to report to admission control, once per pump (see `settle`).
+    settled: Vec<(A::Ticket, Timing)>,
+    iovec_pool: IovecPool,
+    /// End of this volume's previous request on the emulated disk.
+    emulated_prev_end: Option<u64>,
+}
+
+impl<A: Admission> Worker<A> {
+    pub fn new(volume: Arc<Volume<A>>) -> io::Result<Self> {
+        let depth = u32::from(volume.queue_size) * u32::from(volume.num_queues);
+        // An emulated request takes two entries: the operation and its deadline.
+        let entries = if volume.shared.emulated.is_some() {
+            depth * 2
+        } else {
+            depth
+        };
+        let file = volume
+            .shared
+            .disk
+            .file
+            .as_ref()
+            .map(std::os::unix::io::AsRawFd::as_raw_fd);
+        Ok(Worker {
+            engine: Engine::new(entries, file)?,
+            timer: TimerFd::new()?,
+            timer_deadline: WaitDeadline::default(),
+            wake_evt: Arc::new(EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC)?),
+            waiting_for_slot: false,
+            fifo: AdmitQueue::default(),
+            inflight: Vec::new(),
+            free_slots: Vec::new(),
+            in_flight_count: 0,
+            vrings: Vec::new(),
+            touched: 0,
+            stopping: 0,
+            shutting_down: false,
+            broken: 0,
+            outstanding: vec![0; usize::from(volume.num_queues)],
+            warn: LogLimiter::new(Duration::from_secs(1)),
+            reaped: Vec::with_capacity(depth.min(4096) as usize),
+            layout: ChainLayout::default(),
+            settled: Vec::with_capacity(depth.min(4096) as usize),
+            iovec_pool: IovecPool::default(),
+            emulated_prev_end: None,
+            volume,
+        })
+    }
+
+    pub fn completion_fd(&self) -> std::os::unix::io::RawFd {
+        std::os::unix::io::AsRawFd::as_raw_fd(&self.engine.completion_evt)
+    }
+
+    fn remember_vrings(&mut self, vrings: &[Vring]) {
+        if self.vrings.is_empty() {
+            self.vrings = vrings.to_vec();
+        }
+    }
+
+    /// Logs (rate-limited) an error met while handling an event.
+    pub fn report_error(&mut self, event: u16, e: &io::Error) {
+        if let Some(suppressed) = self.warn.check() {
+            tracing::error!(volume = %self.volume.name, event, suppressed, "event handling failed: {e}");
+        }
+    }
+
+    /// The completion eventfd fired.
+    pub fn on_completion(&mut self, vrings: &[Vring]) -> io::Result<()> {
+        self.remember_vrings(vrings);
+        let _ = self.engine.completion_evt.read();
+        self.pump()
+    }
+
+    /// The QoS wait timer fired.
+    pub fn on_timer(&mut self, vrings: &[Vring]) -> io::Result<()> {
+        self.remember_vrings(vrings);
+        let _ = self.timer.wait();
+        self.timer_deadline.fired();
+        self.pump()
+    }
+
+    /// Another volume freed a device slot.
+    pub fn on_wake(&mut self, vrings: &[Vring]) -> io::Result<()> {
+        self.remember_vrings(vrings);
+        let _ = self.wake_evt.read();
+        self.waiting_for_slot = false;
+        self.pump()
+    }
+
+    /// Dispatches what may go, submits, completes what finished, until nothing moves; then
+    /// notifies the guest once per touched queue.
+    fn pump(&mut self) -> io::Result<()> {
+        loop {
+            self.dispatch()?;
+            self.engine.submit()?;
+            if self.complete_ready()? == 0 {
+                break;
+            }
+        }
+        self.settle();
+        self.notify_guest();
+        Ok(())
+    }
+
+    /// Reports the completions gathered since the last call to admission control.
+    fn settle(&mut self) {
+        if !self.settled.is_empty() {
+            self.volume.admission.complete(&self.settled);
+            self.settled.clear();
+        }
+    }
+
+    /// Lets FIFO requests go in order while QoS admits them and device slots are free.
+    fn dispatch(&mut self) -> io::Result<()> {
+        if self.stopping != 0 {
+            self.dispatch_stopping()?;
+        }
+        if self.waiting_for_slot {
+            return Ok(());
+        }
+        let volume = self.volume.clone();
+        let now = volume.admission.now_ns();
+        loop {
+            let slots = &volume.shared.slots;
+            let take_slot = || slots.try_acquire() || slots.acquire_or_wait(&self.wake_evt);
+            match self.fifo.next(&volume.admission, now, take_slot) {
+                Next::Start(p) => self.start(p, now)?,
+                Next::WaitUntil(ns) => return self.arm_timer(ns, now),
+                Next::NoSlot => {
+                    self.waiting_for_slot = true;
+                    return Ok(());
+                }
+                Next::Empty => return Ok(()),
+            }
+        }
+    }
+
+    /// Requests of stopping queues go to the device now, wherever they are in the FIFO
+    /// and without waiting for QoS budget or a device slot: GET_VRING_BASE and shutdown
+    /// must not wait behind another queue's throttled requests.
+    fn dispatch_stopping(&mut self) -> io::Result<()> {
+        let volume = self.volume.clone();
+        let now = volume.admission.now_ns();
+        let stopping = self.stopping;
+        for p in self
+            .fifo
+            .take_where(&volume.admission, now, |r| stopping & (1 << r.queue) != 0)
+        {
+            volume.shared.slots.force_acquire();
+            self.start(p, now)?;
+        }
+        Ok(())
+    }
+
+    fn arm_timer(&mut self, deadline_ns: u64, now: u64) -> io::Result<()> {
+        if self.timer_deadline.arm(deadline_ns) {
+            // A zero duration would disarm the timer: wait at least a microsecond.
+            let wait = Duration::from_nanos(deadline_ns.saturating_sub(now).max(1_000));
+            self.timer.reset(wait, None)?;
+        }
+        Ok(())
+    }
+
+    /// Stops the queues in `mask`: nothing more is popped from them, their parked requests
+    /// go to the device without waiting, and this returns once every request of theirs has
+    /// completed and been returned to the guest. Used by GET_VRING_BASE and shutdown.
+    pub fn drain(&mut self, mask: u64) -> io::Result<()> {
+        self.stopping |= mask;
+        loop {
+            self.pump()?;
+            let busy = self.fifo.iter().any(|p| mask & (1 << p.req.queue) != 0)
+                || self
+                    .inflight
+                    .iter()
+                    .flatten()
+                    .any(|r| mask & (1 << r.queue) != 0);
+            // pump() started every request of the stopping queues, so something is in flight
+            // whenever we are still busy; never block on an idle ring.
+            if !busy || self.in_flight_count == 0 {
+                return Ok(());
+            }
+            self.engine.wait_for_completion()?;
+        }
+    }
+
+    /// Re-enables queues after a drain (a frontend may restart a stopped ring), and gives
+    /// a broken ring a fresh start. Not during shutdown.
+    pub fn resume(&mut self, mask: u64) {
+        if !self.shutting_down {
+            self.stopping &= !mask;
+            self.broken &= !mask;
+        }
+    }
+
+    /// The daemon is stopping: drain every queue for good.
+    pub fn drain_for_shutdown(&mut self, mask: u64) -> io::Result<()> {
+        self.shutting_down = true;
+        self.drain(mask)
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.in_flight_count
+    }
+}
+
+impl<A: Admission> Drop for Worker<A> {
+    /// The connection is gone. The kernel may still write into guest memory or bounce
+    /// buffers owned by in-flight records: wait for every completion before freeing them.
+    /// QoS hears about every admitted request, so the volume can go idle.
+    fn drop(&mut self) {
+        self.settle();
+        let admission = &self.volume.admission;
+        while self.in_flight_count > 0 {
+            if let Err(e) = self.engine.wait_for_completion() {
+                // We cannot learn when the kernel is done: leak the buffers rather than free
+                // memory it may still write to.
+                tracing::error!(volume = %self.volume.name, in_flight = self.in_flight_count, "cannot wait for in-flight I/O ({e}); leaking its buffers");
+                std::mem::forget(std::mem::take(&mut self.inflight));
+                return;
+            }
+            let mut done = Vec::new();
+            self.engine.reap_into(&mut done);
+            let now = admission.now_ns();
+            for (user_data, _) in done {
+                let Some(record) = self
+                    .inflight
+                    .get_mut(user_data as usize)
+                    .and_then(Option::take)
+                else {
+                    continue;
+                };
+                self.in_flight_count -= 1;
+                self.volume.shared.slots.release();
+                if let Some(ticket) = record.ticket {
+                    let timing = Timing {
+                        completed_ns: now,
+                        ..record.timing
+                    };
+                    self.settled.push((ticket, timing));
+                }
+            }
+        }
+        // Parked requests were never issued: settle admitted ones, forget the wait.
+        let now = admission.now_ns();
+        for p in self.fifo.drain() {
+            if let Some(ticket) = p.ticket {
+                let timing = Timing {
+                    admitted_ns: p.admitted_ns,
+                    submitted_ns: now,
+                    completed_ns: now,
+                };
+                self.settled.push((ticket, timing));
+            }
+        }
+        admission.complete(&self.settled);
+        admission.abandon_wait();
+    }
+}

@@ -1,0 +1,256 @@
+//! The virtio side of a worker: popping descriptor chains (and noticing a guest that
+//! breaks the ring protocol), answering GET_ID and invalid requests at once, returning
+//! chains to the used ring and notifying the guest once per batch.
+
+use std::io;
+use std::sync::Arc;
+
+use vhost_user_backend::VringT;
+use virtio_bindings::virtio_blk::{VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK};
+use virtio_queue::QueueT;
+use vm_memory::{Bytes, GuestAddress};
+
+use super::{Mem, Popped, Vring, Worker};
+use crate::backend::admission::{Admission, IoKind, IoRequest};
+use crate::backend::chain;
+use crate::backend::request::{self, ChainLayout, Request, RequestError, RequestKind};
+use crate::backend::volume::VolumeCounters;
+
+/// Consecutive passes that pop nothing while the ring says more is available before the
+/// queue is declared broken (a legitimate race resolves in one or two).
+const MAX_IDLE_PASSES: u32 = 64;
+
+impl<A: Admission> Worker<A> {
+    /// A kick (or a ring becoming ready) on queue `queue`. `memory` gives the current guest
+    /// memory map: it is read again on every pass, because requests found after
+    /// re-enabling notifications may use regions added (ADD_MEM_REG) since the last pass.
+    pub fn on_kick(
+        &mut self,
+        vrings: &[Vring],
+        queue: u16,
+        memory: &dyn Fn() -> Arc<Mem>,
+    ) -> io::Result<()> {
+        self.remember_vrings(vrings);
+        let bit = 1u64 << queue;
+        let vring = &vrings[queue as usize];
+        let ready = {
+            let state = vring.get_ref();
+            state.is_enabled() && state.get_queue().ready()
+        };
+        // A stale event for a stopped or disabled ring must not touch it.
+        if ready && (self.stopping | self.broken) & bit == 0 {
+            let mut idle_passes = 0;
+            loop {
+                vring.disable_notification().map_err(io::Error::other)?;
+                let mem = memory();
+                let popped = self.pop_all(vring, queue, &mem)?;
+                if self.broken & bit != 0
+                    || !vring.enable_notification().map_err(io::Error::other)?
+                {
+                    break;
+                }
+                if popped > 0 {
+                    idle_passes = 0;
+                    continue;
+                }
+                // Nothing popped, yet "more available". Normally the guest published between
+                // the pop and re-enabling notifications, and the next pass finds it. If the
+                // avail index is impossible (more pending than the ring holds) virtio-queue
+                // refuses to pop and this would spin forever.
+                idle_passes += 1;
+                if Self::pending(vring, &mem) > u32::from(vring.get_ref().get_queue().size())
+                    || idle_passes > MAX_IDLE_PASSES
+                {
+                    self.mark_broken(queue, "avail index out of range");
+                    break;
+                }
+            }
+        }
+        self.pump()
+    }
+
+    /// Stops serving a queue whose guest broke the ring protocol, like QEMU's
+    /// virtio_error(): the queue is served again once the frontend restarts it.
+    fn mark_broken(&mut self, queue: u16, why: &str) {
+        self.broken |= 1 << queue;
+        if let Some(suppressed) = self.warn.check() {
+            tracing::warn!(volume = %self.volume.name, queue, suppressed, "queue stopped: guest broke the ring protocol: {why}");
+        }
+    }
+
+    /// Pops and handles every available chain of `queue`; returns how many it popped.
+    fn pop_all(&mut self, vring: &Vring, queue: u16, mem: &Arc<Mem>) -> io::Result<usize> {
+        let mut popped = 0;
+        loop {
+            let chain = {
+                let mut state = vring.get_mut();
+                let q = state.get_queue_mut();
+                if self.outstanding[queue as usize] >= u32::from(q.size()) {
+                    // More chains than the ring holds: descriptors are being reused while
+                    // still ours. Stop rather than queue without bound.
+                    drop(state);
+                    if Self::pending(vring, mem) > 0 {
+                        self.mark_broken(queue, "more chains outstanding than the ring size");
+                    }
+                    return Ok(popped);
+                }
+                q.pop_descriptor_chain(mem.clone())
+            };
+            let Some(chain) = chain else {
+                return Ok(popped);
+            };
+            popped += 1;
+            self.outstanding[queue as usize] += 1;
+            let head = chain.head_index();
+            let mut layout = std::mem::take(&mut self.layout);
+            let parsed = chain::parse_chain(chain, &mut layout, &self.volume.limits);
+            match parsed {
+                Ok(req) => self.accept(queue, head, req, mem),
+                Err(e) => self.refuse(queue, head, &layout, e, mem),
+            }
+            self.layout = layout;
+            // Start the device early: the requests accepted so far go to the kernel after
+            // the 1st, 2nd, 4th, 8th... chain of a batch, so the device works on the first
+            // ones while the rest are parsed instead of idling until the whole batch has
+            // been handled; the extra syscalls grow only with the log of the batch.
+            // (QD32 on the benchmark VM: 0.83-0.86 of fio's IOPS without, 0.91-0.93 with.)
+            if popped.is_power_of_two() {
+                self.dispatch()?;
+                self.engine.submit()?;
+            }
+        }
+    }
+
+    /// How many chains the guest published that we have not popped (as its avail index
+    /// says; more than the ring size means the index is invalid).
+    fn pending(vring: &Vring, mem: &Mem) -> u32 {
+        let state = vring.get_ref();
+        let q = state.get_queue();
+        q.avail_idx(mem, std::sync::atomic::Ordering::Acquire)
+            .map(|idx| u32::from(idx.0.wrapping_sub(q.next_avail())))
+            .unwrap_or(0)
+    }
+
+    /// Answers GET_ID at once; queues everything else in the volume FIFO.
+    fn accept(&mut self, queue: u16, head: u16, req: Request, mem: &Arc<Mem>) {
+        let kind = match req.kind {
+            RequestKind::GetId => {
+                // The ID is NUL-padded to 20 bytes (VIRTIO_BLK_ID_BYTES) and truncated to
+                // the guest's buffer, as QEMU does.
+                let mut id = [0u8; 20];
+                id[..self.volume.serial.len()].copy_from_slice(&self.volume.serial);
+                let mut written = 0usize;
+                let mut status = VIRTIO_BLK_S_OK;
+                for seg in &req.data {
+                    let n = (seg.len as usize).min(id.len() - written);
+                    if n == 0 {
+                        break;
+                    }
+                    let chunk = &id[written..written + n];
+                    if mem.write_slice(chunk, GuestAddress(seg.addr)).is_err() {
+                        status = VIRTIO_BLK_S_IOERR;
+                        break;
+                    }
+                    written += n;
+                }
+                if status != VIRTIO_BLK_S_OK {
+                    written = 0;
+                }
+                self.finish(
+                    queue,
+                    head,
+                    req.status_addr,
+                    status as u8,
+                    written as u32,
+                    mem,
+                );
+                return;
+            }
+            RequestKind::Read => IoKind::Read,
+            RequestKind::Write => IoKind::Write,
+            RequestKind::Flush => IoKind::Flush,
+            RequestKind::Discard => IoKind::Discard,
+            RequestKind::WriteZeroes { .. } => IoKind::WriteZeroes,
+        };
+        let io = IoRequest {
+            kind,
+            offset: req.offset,
+            len: req.len,
+        };
+        self.fifo.push(
+            Popped {
+                queue,
+                head,
+                request: req,
+                mem: mem.clone(),
+            },
+            io,
+        );
+    }
+
+    /// Answers an invalid request with its status (or a zero-length used entry when there
+    /// is no status byte to write) and logs it, rate-limited.
+    fn refuse(
+        &mut self,
+        queue: u16,
+        head: u16,
+        layout: &ChainLayout,
+        e: RequestError,
+        mem: &Arc<Mem>,
+    ) {
+        let c = &self.volume.counters;
+        match e.status() {
+            Some(s) if s == VIRTIO_BLK_S_IOERR as u8 => VolumeCounters::add(&c.errors, 1),
+            _ => VolumeCounters::add(&c.unsupported, 1),
+        }
+        if let Some(suppressed) = self.warn.check() {
+            tracing::warn!(volume = %self.volume.name, queue, head, suppressed, "refused request: {e}");
+        }
+        match (e.status(), request::locate_status(layout)) {
+            (Some(status), Ok((addr, _))) => self.finish(queue, head, addr, status, 0, mem),
+            // Nowhere to put a status: return the chain with nothing written.
+            _ => self.return_chain(queue, head, 0),
+        }
+    }
+
+    fn return_chain(&mut self, queue: u16, head: u16, used_len: u32) {
+        if let Some(n) = self.outstanding.get_mut(queue as usize) {
+            *n = n.saturating_sub(1);
+        }
+        if let Some(vring) = self.vrings.get(queue as usize) {
+            if let Err(e) = vring.add_used(head, used_len) {
+                if let Some(suppressed) = self.warn.check() {
+                    tracing::warn!(volume = %self.volume.name, queue, suppressed, "add_used failed: {e}");
+                }
+            }
+            self.touched |= 1 << queue;
+        }
+    }
+
+    /// Writes the status byte and puts the chain on the used ring.
+    pub(super) fn finish(
+        &mut self,
+        queue: u16,
+        head: u16,
+        status_addr: u64,
+        status: u8,
+        written: u32,
+        mem: &Mem,
+    ) {
+        let status_ok = mem.write_obj(status, GuestAddress(status_addr)).is_ok();
+        self.return_chain(queue, head, if status_ok { written + 1 } else { 0 });
+    }
+
+    pub(super) fn notify_guest(&mut self) {
+        let mut touched = std::mem::take(&mut self.touched);
+        while touched != 0 {
+            let q = touched.trailing_zeros() as usize;
+            touched &= touched - 1;
+            if let Some(vring) = self.vrings.get(q) {
+                if vring.needs_notification().unwrap_or(true) {
+                    let _ = vring.signal_used_queue();
+                }
+            }
+        }
+    }
+}
