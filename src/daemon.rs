@@ -8,6 +8,7 @@ use crate::backend::slots::DeviceSlots;
 use crate::backend::volume::{SharedDisk, Volume};
 use crate::config::{Config, ConfigError, ROOT_GROUP};
 use crate::emulated::FaultPlan;
+use crate::planner::Planner;
 use crate::qos::{MonotonicClock, PeriodRecord, QosDevice, VolumeQos};
 use std::sync::Arc;
 use std::time::Duration;
@@ -121,11 +122,12 @@ fn spawn_planner(
     let handle = std::thread::Builder::new()
         .name("planner".into())
         .spawn(move || {
+            let planner = Planner::new(&qos);
             let mut logged = (0u64, 0i32);
             let mut unreachable = UnreachableTarget::default();
             loop {
                 // plan() returns when the next period is due.
-                let next = qos.plan();
+                let next = planner.plan();
                 for s in &servers {
                     s.wake();
                 }

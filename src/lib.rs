@@ -32,12 +32,12 @@
 //!   socket.
 
 pub mod backend;
-pub mod calibration;
+pub(crate) mod calibration;
 pub mod config;
 pub mod control;
 pub mod cost_model;
 pub mod daemon;
-pub mod duration;
+pub(crate) mod duration;
 pub mod emulated;
 pub mod instance_lock;
 pub mod loadgen;
@@ -45,8 +45,8 @@ pub mod logging;
 pub mod planner;
 pub mod profile;
 pub mod qos;
-pub mod rng;
+pub(crate) mod rng;
 pub mod sd_notify;
 pub mod sim;
-pub mod socket_path;
+pub(crate) mod socket_path;
 pub mod tune;

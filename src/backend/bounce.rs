@@ -29,10 +29,6 @@ impl BounceBuffer {
         self.layout.size()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.layout.size() == 0
-    }
-
     pub fn as_mut_ptr(&self) -> *mut u8 {
         self.ptr
     }

@@ -13,19 +13,19 @@
 //! - [`server`]: per-volume listener threads, reconnects and graceful shutdown;
 //!   [`handshake`]: the deadline for a new frontend's first message.
 
-pub mod admission;
+pub(crate) mod admission;
 pub(crate) mod admit_queue;
-pub mod blk_config;
-pub mod bounce;
+pub(crate) mod blk_config;
+pub(crate) mod bounce;
 pub mod chain;
 pub mod disk;
-pub mod engine;
-pub mod guest_memory;
-pub mod handshake;
+pub(crate) mod engine;
+pub(crate) mod guest_memory;
+pub(crate) mod handshake;
 pub mod request;
-pub mod server;
-pub mod sigbus;
-pub mod slots;
-pub mod vhost;
-pub mod volume;
-pub mod worker;
+pub(crate) mod server;
+pub(crate) mod sigbus;
+pub(crate) mod slots;
+pub(crate) mod vhost;
+pub(crate) mod volume;
+pub(crate) mod worker;

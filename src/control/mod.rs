@@ -16,11 +16,11 @@
 pub mod api;
 pub mod calibrated;
 pub mod client;
-pub mod context;
+pub(crate) mod context;
 pub mod ctl;
 pub mod error;
-pub mod handlers;
-pub mod metrics;
+pub(crate) mod handlers;
+pub(crate) mod metrics;
 pub mod server;
 pub mod state;
 

@@ -19,11 +19,11 @@
 //! * [`presets`]: the kernel's built-in device classes;
 //! * [`config`]: the `[device.model]` configuration section.
 
-pub mod config;
-pub mod linear;
-pub mod model;
-pub mod presets;
-pub mod vtime;
+pub(crate) mod config;
+pub(crate) mod linear;
+pub(crate) mod model;
+pub(crate) mod presets;
+pub(crate) mod vtime;
 
 pub use config::ModelConfig;
 pub use linear::{LinearCoefs, LinearModel, LinearParams, NonDataFactors};

@@ -117,12 +117,6 @@ pub fn vtime_to_ns(vtime: u64) -> u64 {
     mul_div(vtime, 1_000_000_000, VTIME_PER_SEC)
 }
 
-/// Absolute cost of `ns` nanoseconds of device time at 100 % vrate.
-#[inline]
-pub fn ns_to_vtime(ns: u64) -> u64 {
-    mul_div(ns, VTIME_PER_SEC, 1_000_000_000)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

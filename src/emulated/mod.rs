@@ -24,7 +24,7 @@
 //! leaves the reader its solo speed; what QoS achieves depends only on how well it paces.
 
 mod config;
-pub mod faults;
+pub(crate) mod faults;
 
 pub use config::EmulatedConfig;
 pub use faults::FaultPlan;

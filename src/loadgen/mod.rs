@@ -3,9 +3,9 @@
 //! JSON, pictures, and an fio baseline on a plain file.
 
 mod cli;
-pub mod fio;
-pub mod job;
-pub mod plot;
+pub(crate) mod fio;
+pub(crate) mod job;
+pub(crate) mod plot;
 mod progress;
 mod runner;
 mod spec;

@@ -27,10 +27,15 @@ use crate::qos::volume::VolumeCore;
 use crate::qos::weights::compute_hweight_max;
 
 use super::busy::Demand;
-use super::PeriodCtx;
+use super::{PeriodCtx, PlannerState};
 
-/// Classify all active volumes; donors are left in `st.scratch.surpluses`.
-pub(crate) fn classify(dev: &DeviceShared, st: &mut DeviceState, ctx: &PeriodCtx) -> (Demand, u64) {
+/// Classify all active volumes; donors are left in `ps.scratch.surpluses`.
+pub(crate) fn classify(
+    dev: &DeviceShared,
+    st: &mut DeviceState,
+    ps: &mut PlannerState,
+    ctx: &PeriodCtx,
+) -> (Demand, u64) {
     let gen = dev.hweight_gen.load(Acquire);
     let vnow = ctx.now.vnow;
     let mut demand = Demand::default();
@@ -38,12 +43,12 @@ pub(crate) fn classify(dev: &DeviceShared, st: &mut DeviceState, ctx: &PeriodCtx
     let DeviceState {
         tree,
         active,
-        scratch,
         margins,
         vtime_err,
         vtime_base_rate,
         ..
     } = st;
+    let (books, scratch) = ps.books_and_scratch(tree.nodes.len());
     scratch.surpluses.clear();
     for (id, v) in active.iter() {
         let id = *id;
@@ -70,7 +75,7 @@ pub(crate) fn classify(dev: &DeviceShared, st: &mut DeviceState, ctx: &PeriodCtx
             demand.nr_lagging += 1;
         }
 
-        let mut usage_us = tree.nodes[id].usage_delta_us;
+        let mut usage_us = books[id].usage_delta_us;
         usage_us_sum = usage_us_sum.saturating_add(usage_us);
 
         let waiting = v.waiting.load(Relaxed);
@@ -87,9 +92,9 @@ pub(crate) fn classify(dev: &DeviceShared, st: &mut DeviceState, ctx: &PeriodCtx
             let hwm = compute_hweight_max(&v.path.load());
             let new_hwi = hweight_after_donation(margins, vtime_err, v, hwi, hwm, usage, ctx);
             if new_hwi < hwm && hwa >= 2 {
-                let node = &mut tree.nodes[id];
-                node.hweight_donating = hwa;
-                node.hweight_after = new_hwi;
+                let book = &mut books[id];
+                book.hweight_donating = hwa;
+                book.hweight_after = new_hwi;
                 scratch.surpluses.push(id);
             } else {
                 let active = v.weights().active.load(Relaxed);

@@ -21,6 +21,8 @@ use crate::cost_model::vtime::cdiv_wide;
 use crate::qos::device::DeviceState;
 use crate::qos::tree::{ROOT, W};
 
+use super::{NodeBook, PlannerState};
+
 use std::sync::atomic::Ordering::Relaxed;
 
 fn cw(a: u64, b: u64, c: u64) -> u64 {
@@ -28,31 +30,31 @@ fn cw(a: u64, b: u64, c: u64) -> u64 {
     cdiv_wide(u128::from(a) * u128::from(b), u128::from(c))
 }
 
-/// Lower the donors' inuse weights. Donors are in `st.scratch.surpluses`, each with
+/// Lower the donors' inuse weights. Donors are in `ps.scratch.surpluses`, each with
 /// `hweight_donating` (its hweight_active) and `hweight_after` (its target) set.
-pub(crate) fn transfer_surpluses(st: &mut DeviceState, vnow: u64) {
-    let donors = std::mem::take(&mut st.scratch.surpluses);
-    let mut inner = std::mem::take(&mut st.scratch.inner);
+pub(crate) fn transfer_surpluses(st: &mut DeviceState, ps: &mut PlannerState, vnow: u64) {
+    let donors = std::mem::take(&mut ps.scratch.surpluses);
+    let mut inner = std::mem::take(&mut ps.scratch.inner);
     inner.clear();
+    ps.scratch.stamp = ps.scratch.stamp.wrapping_add(1);
+    let stamp = ps.scratch.stamp;
     let tree = &mut st.tree;
+    let bk = ps.books(tree.nodes.len());
 
     // (0) Safety: if the targets add up to the whole device or more, shrink those that
     // exceed their own share so that something is left for the non-donors.
-    let after_sum: u64 = donors
-        .iter()
-        .map(|&d| u64::from(tree.nodes[d].hweight_after))
-        .sum();
+    let after_sum: u64 = donors.iter().map(|&d| u64::from(bk[d].hweight_after)).sum();
     if after_sum >= W {
-        let over = |n: &crate::qos::tree::TreeNode| n.hweight_after > n.hweight_donating;
+        let over = |n: &NodeBook| n.hweight_after > n.hweight_donating;
         let over_sum: u64 = donors
             .iter()
-            .filter(|&&d| over(&tree.nodes[d]))
-            .map(|&d| u64::from(tree.nodes[d].hweight_after))
+            .filter(|&&d| over(&bk[d]))
+            .map(|&d| u64::from(bk[d].hweight_after))
             .sum();
         let over_target = over_sum.saturating_sub(after_sum - (W - 1));
         if over_target != 0 && over_sum != 0 {
             for &d in &donors {
-                let n = &mut tree.nodes[d];
+                let n = &mut bk[d];
                 if over(n) {
                     n.hweight_after = (u64::from(n.hweight_after) * over_target / over_sum) as u32;
                 }
@@ -61,13 +63,11 @@ pub(crate) fn transfer_surpluses(st: &mut DeviceState, vnow: u64) {
     }
 
     // (1) The inner nodes: all ancestors of donors, root included, parents first.
-    st.scratch.stamp = st.scratch.stamp.wrapping_add(1);
-    let stamp = st.scratch.stamp;
     for &d in &donors {
         let level = tree.nodes[d].level;
         for l in 0..level {
             let a = tree.nodes[d].ancestors[l];
-            let n = &mut tree.nodes[a];
+            let n = &mut bk[a];
             if n.stamp != stamp {
                 n.stamp = stamp;
                 n.t = 0;
@@ -82,19 +82,19 @@ pub(crate) fn transfer_surpluses(st: &mut DeviceState, vnow: u64) {
     // (2) Aggregate t and t' bottom-up.
     for &d in &donors {
         let (t, tp) = (
-            u64::from(tree.nodes[d].hweight_donating),
-            u64::from(tree.nodes[d].hweight_after),
+            u64::from(bk[d].hweight_donating),
+            u64::from(bk[d].hweight_after),
         );
         if let Some(p) = tree.nodes[d].parent() {
-            tree.nodes[p].t += t;
-            tree.nodes[p].t_prime += tp;
+            bk[p].t += t;
+            bk[p].t_prime += tp;
         }
     }
     for &n in inner.iter().rev() {
         if let Some(p) = tree.nodes[n].parent() {
-            let (t, tp) = (tree.nodes[n].t, tree.nodes[n].t_prime);
-            tree.nodes[p].t += t;
-            tree.nodes[p].t_prime += tp;
+            let (t, tp) = (bk[n].t, bk[n].t_prime);
+            bk[p].t += t;
+            bk[p].t_prime += tp;
         }
     }
 
@@ -103,7 +103,7 @@ pub(crate) fn transfer_surpluses(st: &mut DeviceState, vnow: u64) {
         let b = match tree.nodes[n].parent() {
             None => W,
             Some(p) => {
-                let pb = tree.nodes[p].b;
+                let pb = bk[p].b;
                 let psum = tree.nodes[p].weights.child_active_sum.load(Relaxed);
                 cw(
                     pb,
@@ -112,34 +112,34 @@ pub(crate) fn transfer_surpluses(st: &mut DeviceState, vnow: u64) {
                 )
             }
         };
-        let node = &mut tree.nodes[n];
+        let node = &mut bk[n];
         node.b = b;
         node.t = node.t.min(b);
         node.t_prime = node.t_prime.min(node.t.saturating_sub(1));
     }
 
     // (4) The global donation rate γ = (1 − t'_r) / (1 − t_r).
-    let (rt, rtp) = (tree.nodes[ROOT].t, tree.nodes[ROOT].t_prime);
+    let (rt, rtp) = (bk[ROOT].t, bk[ROOT].t_prime);
     let gamma = cw(W - rtp.min(W), W, W - rt.min(W - 1));
 
     // (5) Adjusted budgets b' and child-weight sums s', top-down.
     for &n in &inner {
+        let weights = &tree.nodes[n].weights;
+        let s = weights.child_active_sum.load(Relaxed);
         let Some(p) = tree.nodes[n].parent() else {
             // Root: non-donor children keep their weights, so shrink the sum instead:
             // s' = s · (1 − t) / (1 − t').
-            let node = &mut tree.nodes[n];
-            let s = node.weights.child_active_sum.load(Relaxed);
+            let node = &mut bk[n];
             node.child_adjusted_sum = cw(s, W - node.t.min(W), (W - node.t_prime.min(W)).max(1));
             node.b_prime = W;
             continue;
         };
-        let (p_sum, p_bp) = (tree.nodes[p].child_adjusted_sum, tree.nodes[p].b_prime);
-        let node = &mut tree.nodes[n];
+        let active = u64::from(weights.active.load(Relaxed));
+        let (p_sum, p_bp) = (bk[p].child_adjusted_sum, bk[p].b_prime);
+        let node = &mut bk[n];
         let (b, t, tp) = (node.b, node.t, node.t_prime);
         let b_prime = cw(gamma, b - t, W) + tp;
         let w_prime = cw(p_sum, b_prime, p_bp);
-        let s = node.weights.child_active_sum.load(Relaxed);
-        let active = u64::from(node.weights.active.load(Relaxed));
         let s_t = cw(s, t, b);
         let s_f = s.saturating_sub(s_t);
         let w_t = cw(active, t, b);
@@ -158,13 +158,12 @@ pub(crate) fn transfer_surpluses(st: &mut DeviceState, vnow: u64) {
         let Some(p) = tree.nodes[d].parent() else {
             continue;
         };
-        let (p_sum, p_bp) = (tree.nodes[p].child_adjusted_sum, tree.nodes[p].b_prime);
-        let inuse =
-            cw(p_sum, u64::from(tree.nodes[d].hweight_after), p_bp).min(u64::from(u32::MAX)) as u32;
+        let (p_sum, p_bp) = (bk[p].child_adjusted_sum, bk[p].b_prime);
+        let inuse = cw(p_sum, u64::from(bk[d].hweight_after), p_bp).min(u64::from(u32::MAX)) as u32;
         let active = tree.nodes[d].weights.active.load(Relaxed);
         tree.propagate(d, active, inuse, Some(vnow));
     }
 
-    st.scratch.surpluses = donors;
-    st.scratch.inner = inner;
+    ps.scratch.surpluses = donors;
+    ps.scratch.inner = inner;
 }

@@ -8,6 +8,8 @@
 use crate::cost_model::vtime::{cdiv, MILLION};
 use crate::qos::device::DeviceState;
 
+use super::NodeBook;
+
 use std::sync::atomic::Ordering::Relaxed;
 
 /// A direction's mean latency at least this many times its target is a gross miss.
@@ -181,7 +183,7 @@ impl LatWindow {
 }
 
 /// Collect and reset-by-snapshot the counters of the active volumes.
-pub(crate) fn collect(st: &mut DeviceState, elapsed_ns: u64) -> LatCounts {
+pub(crate) fn collect(st: &DeviceState, books: &mut [NodeBook], elapsed_ns: u64) -> LatCounts {
     let mut c = LatCounts {
         elapsed_ns,
         ..LatCounts::default()
@@ -189,9 +191,8 @@ pub(crate) fn collect(st: &mut DeviceState, elapsed_ns: u64) -> LatCounts {
     // Only active volumes can have completed anything since the last run: a volume is
     // deactivated only after a whole period with nothing in flight, and this runs
     // before deactivation.
-    let DeviceState { tree, active, .. } = st;
-    for (id, v) in active.iter() {
-        let node = &mut tree.nodes[*id];
+    for (id, v) in st.active.iter() {
+        let node = &mut books[*id];
         for rw in 0..2 {
             let m = v.lat.nr_met[rw].load(Relaxed);
             let x = v.lat.nr_missed[rw].load(Relaxed);

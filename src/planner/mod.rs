@@ -35,6 +35,7 @@ pub(crate) mod donation;
 pub(crate) mod idle;
 pub(crate) mod lat_stat;
 pub(crate) mod latency_floor;
+mod state;
 pub(crate) mod usage;
 pub(crate) mod vrate;
 
@@ -42,28 +43,19 @@ pub(crate) mod vrate;
 mod tests;
 
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
 
 use crate::cost_model::vtime::MILLION;
 use crate::qos::device::DeviceShared;
 use crate::qos::stats::PeriodRecord;
-use crate::qos::tree::NodeId;
 use crate::qos::vclock::Now;
 use crate::qos::volume::rate_to_ppm;
+use crate::qos::QosDevice;
 use lat_stat::LatStat;
+pub(crate) use state::{NodeBook, PlannerState};
 
 pub use busy::{BUSY_LEVEL_MAX, RQ_WAIT_BUSY_PCT, UNBUSY_THR_PCT};
 pub use vrate::{vrate_adj_pct, VRATE_CLAMP_ADJ_PCT};
-
-/// Reusable buffers, so a planner run with 10 000 volumes does not allocate.
-#[derive(Debug, Default)]
-pub(crate) struct Scratch {
-    /// Donor volumes of the current run.
-    pub surpluses: Vec<NodeId>,
-    /// Inner nodes above the donors.
-    pub inner: Vec<NodeId>,
-    /// Marks inner nodes already collected in this run.
-    pub stamp: u64,
-}
 
 /// Values fixed for one planner run.
 #[derive(Clone, Copy, Debug)]
@@ -77,18 +69,40 @@ pub(crate) struct PeriodCtx {
     pub ppm_thr: [u32; 2],
 }
 
-/// After a runtime change of the base vrate or the period (device lock held): set the
-/// effective rate for the rest of the current period and rebase vnow.
-pub(crate) fn refresh_vrate_now(
-    dev: &DeviceShared,
-    st: &mut crate::qos::device::DeviceState,
-    now: Now,
-) {
-    vrate::refresh_vrate(dev, st, now);
+/// The planner of one device: call [`Planner::plan`] when it says the next period is due.
+/// Its own state (latency window, floor, per-node bookkeeping) is kept here, apart from
+/// the QoS core, which it steers under the device lock.
+#[derive(Debug)]
+pub struct Planner {
+    dev: Arc<DeviceShared>,
+    state: Mutex<PlannerState>,
+}
+
+impl Planner {
+    pub fn new(qos: &QosDevice) -> Self {
+        Planner {
+            dev: Arc::clone(qos.shared()),
+            state: Mutex::default(),
+        }
+    }
+
+    /// Run the planner if the current period is over (design §5). Returns the time in ns
+    /// until the next call is due: the caller sleeps that long and calls again. A call
+    /// before the period is over does nothing but return the remaining time, so an
+    /// early or unaligned wakeup is harmless.
+    ///
+    /// After a run the caller should offer every parked FIFO head again, because
+    /// donation or a vrate change may have made it admissible earlier than its timer
+    /// (the kernel kicks all waiters once per period).
+    pub fn plan(&self) -> u64 {
+        // A panic elsewhere must not stop the planner: keep using the state.
+        let mut ps = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        plan(&self.dev, &mut ps)
+    }
 }
 
 /// Run one planning period if one is due; return ns until the next call is due.
-pub(crate) fn plan(dev: &DeviceShared) -> u64 {
+fn plan(dev: &DeviceShared, ps: &mut PlannerState) -> u64 {
     let mut guard = dev.lock();
     let st = &mut *guard;
     // Read under the lock: runtime changes publish under it too, so one run sees one
@@ -105,7 +119,7 @@ pub(crate) fn plan(dev: &DeviceShared) -> u64 {
         return due - now.now_ns;
     }
     let elapsed_ns = now.now_ns.saturating_sub(period_at_ns).max(1);
-    let period_lat = lat_stat::collect(st, elapsed_ns);
+    let period_lat = lat_stat::collect(st, ps.books(st.tree.nodes.len()), elapsed_ns);
     let period_vtime = now.vnow.wrapping_sub(period_at_vtime);
     if period_vtime == 0 {
         return period_ns;
@@ -125,14 +139,14 @@ pub(crate) fn plan(dev: &DeviceShared) -> u64 {
         dev.contended(now.now_ns);
     }
     idle::deactivate_idle(dev, st, &ctx);
-    usage::flush(st, elapsed_ns);
-    let (demand, _usage_us_sum) = classify::classify(dev, st, &ctx);
-    let nr_donors = st.scratch.surpluses.len() as u32;
+    usage::flush(st, ps.books(st.tree.nodes.len()), elapsed_ns);
+    let (demand, _usage_us_sum) = classify::classify(dev, st, ps, &ctx);
+    let nr_donors = ps.scratch.surpluses.len() as u32;
     if nr_donors > 0 && demand.nr_shortages > 0 {
-        donation::transfer_surpluses(st, now.vnow);
+        donation::transfer_surpluses(st, ps, now.vnow);
     }
     st.tree.commit_weights(&dev.hweight_gen);
-    st.scratch.surpluses.clear();
+    ps.scratch.surpluses.clear();
 
     let vrate_before = st.vtime_base_rate;
     let last = st.last;
@@ -156,13 +170,13 @@ pub(crate) fn plan(dev: &DeviceShared) -> u64 {
         // misses are its own and its unused budget was not lost, so vrate, busy_level
         // and the latency floor hold for when a neighbour arrives.
         st.vtime_err = 0;
-        st.lat_window.reset();
+        ps.lat_window.reset();
         (lat, trend, missed_at_min) = (period_lat.stat(), latency_floor::LatencyTrend::Clear, 0);
-    } else if let Some(judged) = st.lat_window.push(&period_lat, busy::aim(ctx.ppm_thr)) {
+    } else if let Some(judged) = ps.lat_window.push(&period_lat, busy::aim(ctx.ppm_thr)) {
         lat = judged.stat;
         judged_periods = judged.periods;
         let targets_us = [params.rlat_us, params.wlat_us];
-        trend = st.lat_floors.observe(
+        trend = ps.lat_floors.observe(
             lat.mean_lat_us,
             lat.mean_se_us,
             ctx.ppm_thr,
@@ -172,11 +186,11 @@ pub(crate) fn plan(dev: &DeviceShared) -> u64 {
         st.busy_level =
             busy::next_busy_level(st.busy_level, &lat, trend, &demand, busy::aim(ctx.ppm_thr));
         if lat.grossly_missed(ctx.ppm_thr, targets_us) {
-            st.gross_streak = st.gross_streak.saturating_add(1);
+            ps.gross_streak = ps.gross_streak.saturating_add(1);
         } else if !lat.no_samples(ctx.ppm_thr) {
-            st.gross_streak = 0;
+            ps.gross_streak = 0;
         }
-        vrate::adjust_base_vrate(dev, st, demand.nr_lagging);
+        vrate::adjust_base_vrate(dev, st, ps.gross_streak, demand.nr_lagging);
         let missed = lat.missed_target(ctx.ppm_thr);
         missed_at_min = if missed && st.vtime_base_rate <= params.vrate_min() {
             last.missed_at_min.saturating_add(judged.periods)
@@ -199,7 +213,7 @@ pub(crate) fn plan(dev: &DeviceShared) -> u64 {
         st.vtime_err = 0;
         st.running = false;
     }
-    vrate::refresh_vrate(dev, st, now);
+    dev.refresh_rate(st, now);
 
     st.last = PeriodRecord {
         at_ns: now.now_ns,

@@ -1,9 +1,38 @@
 //! Planner unit tests on a manual clock.
 
-use crate::qos::test_util::{device, io_us, qos_10ms};
+use std::sync::Arc;
+
+use super::Planner;
+use crate::cost_model::vtime::WEIGHT_ONE;
+use crate::qos::test_util::{go, io_us, qos_10ms};
 use crate::qos::{
-    Clock, Decision, IoKind, IoRequest, ManualClock, PeriodRecord, QosDevice, VolumeQos,
+    Clock, Decision, IoKind, IoRequest, ManualClock, PeriodRecord, QosConfig, QosDevice, VolumeQos,
 };
+
+/// A device and its planner, driven together by the tests.
+struct Planned {
+    dev: QosDevice,
+    planner: Planner,
+}
+
+impl std::ops::Deref for Planned {
+    type Target = QosDevice;
+    fn deref(&self) -> &QosDevice {
+        &self.dev
+    }
+}
+
+impl Planned {
+    fn plan(&self) -> u64 {
+        self.planner.plan()
+    }
+}
+
+fn device(qos: &QosConfig) -> (Planned, Arc<ManualClock>) {
+    let (dev, clock) = crate::qos::test_util::device(qos);
+    let planner = Planner::new(&dev);
+    (Planned { dev, planner }, clock)
+}
 
 /// The worked example of design §6.5: root with A(100) and B(100), both active. A used
 /// 10 % of the device and ends the period with 50 % budget; B is short.
@@ -240,7 +269,7 @@ fn keep_active(neighbour: &VolumeQos, clock: &ManualClock) {
 /// `lat_ns` on the device (and `neighbour` keeps active); returns the planner's record.
 /// 100 reads are enough to judge a p95 target in one period (`lat_stat::LatWindow`).
 fn read_period(
-    dev: &QosDevice,
+    dev: &Planned,
     v: &VolumeQos,
     neighbour: &VolumeQos,
     clock: &ManualClock,
@@ -268,7 +297,7 @@ fn read_period(
 /// period), each taking `lat_ns` on the device, while `neighbour` keeps active; returns
 /// the planner's record of it.
 fn saturated_period(
-    dev: &QosDevice,
+    dev: &Planned,
     v: &VolumeQos,
     neighbour: &VolumeQos,
     clock: &ManualClock,
@@ -319,4 +348,121 @@ fn a_pausing_neighbour_keeps_the_volume_throttled_for_a_second() {
     clock.advance(1_000_000_000);
     dev.plan();
     assert!(!greedy(&v), "alone for a second: not throttled");
+}
+
+#[test]
+fn disabled_qos_admits_everything_but_counts() {
+    let qos = QosConfig {
+        enable: false,
+        ..qos_10ms()
+    };
+    let (dev, _clock) = device(&qos);
+    assert!(!dev.enabled());
+    let v = dev.add_volume("v", None, 1).unwrap();
+    for _ in 0..100 {
+        let c = go(v.admit(&io_us(1_000_000)));
+        assert_eq!(c.cost, 0);
+        v.complete(&c, 1, 2, 3);
+    }
+    // Completions still feed the latency statistics.
+    assert_eq!(v.latency_histogram(&[1_000]).count, 100);
+    assert_eq!(dev.plan(), dev.period_ns());
+}
+
+#[test]
+fn idle_volume_is_deactivated_after_a_full_period() {
+    let (dev, clock) = device(&qos_10ms());
+    let a = dev.add_volume("a", None, 100).unwrap();
+    let b = dev.add_volume("b", None, 100).unwrap();
+    let ca = go(a.admit(&io_us(10)));
+    go(b.admit(&io_us(10)));
+    assert_eq!(b.stats().hweight_active_raw, WEIGHT_ONE / 2);
+    // a completes; b keeps an IO in flight.
+    a.complete(&ca, 0, 0, 0);
+    clock.advance(dev.period_ns());
+    dev.plan(); // a issued in this period: still active
+    assert!(a.stats().active);
+    clock.advance(dev.period_ns());
+    dev.plan(); // a: a whole period with nothing → idle; b: in flight → active
+    assert!(!a.stats().active);
+    let sb = b.stats();
+    assert!(sb.active);
+    assert_eq!(sb.hweight_active_raw, WEIGHT_ONE);
+}
+
+#[test]
+fn plan_called_early_only_returns_the_remaining_time() {
+    let (dev, clock) = device(&qos_10ms());
+    let v = dev.add_volume("v", None, 100).unwrap();
+    go(v.admit(&io_us(10)));
+    clock.advance(3_000_000);
+    assert_eq!(dev.plan(), 7_000_000);
+    assert_eq!(dev.last_period(), PeriodRecord::default());
+    clock.advance(7_000_000);
+    assert_eq!(dev.plan(), 10_000_000);
+    assert_eq!(dev.last_period().nr_active, 1);
+}
+
+#[test]
+fn hostile_requests_do_not_panic() {
+    let (dev, clock) = device(&qos_10ms());
+    let v = dev.add_volume("v", None, 1).unwrap();
+    for kind in [
+        IoKind::Read,
+        IoKind::Write,
+        IoKind::Flush,
+        IoKind::Discard,
+        IoKind::WriteZeroes,
+    ] {
+        for (offset, len) in [(u64::MAX, u64::MAX), (0, u64::MAX), (u64::MAX, 0), (0, 0)] {
+            let r = IoRequest { kind, offset, len };
+            if let Decision::Go(c) = v.admit(&r) {
+                v.complete(&c, u64::MAX, 0, 1);
+            }
+        }
+    }
+    clock.advance(dev.period_ns());
+    dev.plan();
+    let _ = dev.stats();
+}
+
+#[test]
+fn snapback_takes_donated_weight_back_on_the_issue_path() {
+    let (dev, clock) = device(&qos_10ms());
+    let a = dev.add_volume("a", None, 100).unwrap();
+    let b = dev.add_volume("b", None, 100).unwrap();
+    // Period 1: a uses 10 % of the device, b saturates and is throttled.
+    let period = dev.period_ns();
+    let mut b_parked = false;
+    for step in 0..10 {
+        let c = go(a.admit(&io_us(100)));
+        a.complete(&c, 0, 0, 0);
+        while let Decision::Go(c) = b.admit(&io_us(500)) {
+            b.complete(&c, 0, 0, 0);
+        }
+        b_parked = true;
+        let _ = step;
+        clock.advance(period / 10);
+    }
+    assert!(b_parked);
+    dev.plan();
+    let sa = a.stats();
+    assert!(
+        sa.hweight_inuse_raw < sa.hweight_active_raw / 2,
+        "a donates: {sa:?}"
+    );
+    // a suddenly needs its share: its budget drops below 20 %, inuse snaps back up.
+    let mut n = 0;
+    while let Decision::Go(c) = a.admit(&io_us(200)) {
+        a.complete(&c, 0, 0, 0);
+        n += 1;
+        assert!(n < 1000);
+    }
+    let sa = a.stats();
+    assert_eq!(
+        sa.inuse_raw,
+        100 * WEIGHT_ONE,
+        "a waiting holds its full weight"
+    );
+    assert_eq!(sa.hweight_inuse_raw, sa.hweight_active_raw);
 }

@@ -9,21 +9,23 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use crate::qos::device::DeviceState;
 
+use super::NodeBook;
+
 /// Flush the usage of all active volumes; `elapsed_ns` is the period's real length.
-pub(crate) fn flush(st: &mut DeviceState, elapsed_ns: u64) {
+pub(crate) fn flush(st: &mut DeviceState, books: &mut [NodeBook], elapsed_ns: u64) {
     let base = st.vtime_base_rate.max(1);
     let elapsed_us = (elapsed_ns / 1000).max(1);
     let DeviceState { tree, active, .. } = st;
     for (id, v) in active.iter() {
         let id = *id;
-        let node = &mut tree.nodes[id];
+        let book = &mut books[id];
         let abs = v.abs_vusage.load(Relaxed);
-        let usage_us = abs.wrapping_sub(node.last_abs_vusage) / base;
-        node.last_abs_vusage = abs;
-        node.usage_delta_us = usage_us;
+        let usage_us = abs.wrapping_sub(book.last_abs_vusage) / base;
+        book.last_abs_vusage = abs;
+        book.usage_delta_us = usage_us;
         let ppm = (usage_us.saturating_mul(1_000_000) / elapsed_us).min(u64::from(u32::MAX));
         v.usage_ppm.store(ppm as u32, Relaxed);
-        let level = node.level;
+        let level = tree.nodes[id].level;
         for l in 0..=level {
             let a = tree.nodes[id].ancestors[l];
             let n = &mut tree.nodes[a];

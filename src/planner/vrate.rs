@@ -35,7 +35,6 @@
 
 use crate::cost_model::vtime::cdiv;
 use crate::qos::device::{DeviceShared, DeviceState};
-use crate::qos::vclock::Now;
 
 /// Largest step, percent per period: taken at once after [`GROSS_STREAK`] gross misses.
 pub const VRATE_MAX_ADJ_PCT: u64 = 16;
@@ -60,7 +59,12 @@ pub fn vrate_adj_pct(abs_busy_level: u32) -> u64 {
 }
 
 /// Move the base vrate according to busy_level (design §5.7).
-pub(crate) fn adjust_base_vrate(dev: &DeviceShared, st: &mut DeviceState, nr_lagging: u32) {
+pub(crate) fn adjust_base_vrate(
+    dev: &DeviceShared,
+    st: &mut DeviceState,
+    gross_streak: u32,
+    nr_lagging: u32,
+) {
     let busy = st.busy_level;
     if busy == 0 || (busy < 0 && nr_lagging > 0) {
         return;
@@ -74,7 +78,7 @@ pub(crate) fn adjust_base_vrate(dev: &DeviceShared, st: &mut DeviceState, nr_lag
     } else if v > vmax {
         v = (v * (100 - VRATE_CLAMP_ADJ_PCT) / 100).max(vmax);
     } else {
-        let pct = if busy > 0 && st.gross_streak >= GROSS_STREAK {
+        let pct = if busy > 0 && gross_streak >= GROSS_STREAK {
             VRATE_MAX_ADJ_PCT
         } else if busy > 0 {
             vrate_adj_pct(busy.unsigned_abs()).max(VRATE_MISS_ADJ_PCT)
@@ -85,36 +89,6 @@ pub(crate) fn adjust_base_vrate(dev: &DeviceShared, st: &mut DeviceState, nr_lag
         v = cdiv(v.saturating_mul(factor), 100).clamp(vmin, vmax);
     }
     dev.set_base_rate(st, v);
-}
-
-/// Set the effective rate for the coming period, compensating lost vtime (design §5.8).
-pub(crate) fn refresh_vrate(dev: &DeviceShared, st: &mut DeviceState, now: Now) {
-    let (period_at_ns, _, _) = dev.vclock.read();
-    let period_us = dev.params().period_us as i64;
-    let base = st.vtime_base_rate as i64;
-    let pleft = (period_at_ns / 1000) as i64 + period_us - (now.now_ns / 1000) as i64;
-    let vperiod = period_us.saturating_mul(base);
-    let mut rate = base;
-    if pleft > 0 {
-        // Deviation: lost budget is not handed out again (the kernel lets vnow run up to
-        // twice as fast for it), design §5.8. It is mostly the budget of readers that went
-        // idle, and a faster vnow gives it to whoever is throttled, a deep-queued writer,
-        // just as those readers return. The vrate search recovers capacity really spare.
-        let vcomp_max = 0;
-        let vcomp = (-(st.vtime_err / pleft)).clamp(-(base >> 1), vcomp_max);
-        st.vtime_err = st.vtime_err.saturating_add(vcomp.saturating_mul(pleft));
-        rate = base + vcomp;
-    }
-    // Deviation: the kernel keeps the old effective rate when no period is running;
-    // using the base rate then is equivalent (nothing is throttled) and simpler.
-    st.vtime_err = st.vtime_err.clamp(-vperiod, vperiod);
-    let rate = rate.max(1) as u64;
-    if rate != st.vtime_rate {
-        st.vtime_rate = rate;
-        // Rebase at now so that vnow stays continuous across the rate change.
-        let vnow = dev.vclock.vnow_at(now.now_ns);
-        dev.vclock.set(now.now_ns, vnow, rate);
-    }
 }
 
 #[cfg(test)]

@@ -90,6 +90,21 @@ pub fn create_filled(path: &Path, size: u64) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
+    /// A file the daemon preallocated but never wrote reads as zeroes without touching
+    /// the disk, so calibration must not take it for data.
+    #[test]
+    fn a_preallocated_file_never_written_counts_as_unallocated() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("full.img");
+        let device: crate::config::DeviceConfig = toml::from_str(&format!(
+            "path = {path:?}\ncreate_size = \"8MiB\"\npreallocate = true"
+        ))
+        .unwrap();
+        crate::backend::disk::create_if_missing(&device).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        assert_eq!(allocated_bytes(&file, 8 << 20), 0);
+    }
+
     #[test]
     fn holes_are_found_and_filling_allocates_them() {
         let dir = tempfile::tempdir().unwrap();

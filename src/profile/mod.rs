@@ -20,10 +20,10 @@
 //! coefficients.
 
 pub mod allocation;
-pub mod plan;
+pub(crate) mod plan;
 pub mod simulated;
 pub mod suggest;
-pub mod uring;
+pub(crate) mod uring;
 
 pub use plan::{profile, Job, JobResult, Pattern, Plan, Profile};
 pub use suggest::suggest_qos;

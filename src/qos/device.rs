@@ -1,13 +1,14 @@
 //! One QoS domain: a host disk shared by many volumes.
 //!
-//! [`QosDevice`] owns the weight tree, the global virtual clock, the planner state and
-//! the cost model. It is shared (`Arc`, `Send + Sync`) by every worker thread, which
-//! hold [`VolumeQos`] handles, and by one planner thread that calls [`QosDevice::plan`]
+//! [`QosDevice`] owns the weight tree, the global virtual clock, the state the planner
+//! steers (vrate, busy_level, margins, the last period's record) and the cost model. It is shared (`Arc`, `Send + Sync`) by every worker thread, which
+//! hold [`VolumeQos`] handles, and by one planner thread that calls `planner::Planner::plan`
 //! once per period.
 //!
 //! Locking mirrors the kernel: one device mutex for the planner, activation, snapback
-//! and tree changes; everything the issue path reads is atomic. Lock order: device lock
-//! only (the per-volume latency-histogram mutex is never held together with it).
+//! and tree changes; everything the issue path reads is atomic. Lock order: the
+//! planner's own state, then the device lock (the per-volume latency-histogram mutex is
+//! never held together with it).
 //!
 //! # Runtime changes (control plane)
 //!
@@ -60,20 +61,13 @@ pub(crate) struct DeviceState {
     pub vtime_rate: u64,
     /// Discarded vtime awaiting compensation (negative = lost).
     pub vtime_err: i64,
+    /// The planner's verdict on saturation (design §5.6), published for the statistics.
     pub busy_level: i32,
-    /// The periods whose latency will be judged together (see `planner::lat_stat`).
-    pub lat_window: crate::planner::lat_stat::LatWindow,
-    /// Lowest recent per-window mean device latency (see `planner::latency_floor`).
-    pub lat_floors: crate::planner::latency_floor::LatFloors,
-    /// Consecutive periods with a gross latency miss (see `planner::vrate`).
-    pub gross_streak: u32,
     pub margins: Margins,
     pub last: PeriodRecord,
     /// See [`DeviceStats::contended_periods`].
     pub contended_periods: u64,
     pub contended_periods_missed: u64,
-    /// Planner scratch buffers, kept to avoid allocating every period.
-    pub scratch: crate::planner::Scratch,
     /// Every configuration ever published; `DeviceShared::cfg` points into one of
     /// them. Never shrinks while the device lives (see the module docs).
     pub cfg_history: Vec<Arc<DeviceCfg>>,
@@ -208,6 +202,39 @@ impl DeviceShared {
         self.base_rate.store(rate, Relaxed);
         self.margin_low.store(st.margins.low, Relaxed);
     }
+
+    /// Set the effective rate for the rest of the current period, compensating lost
+    /// vtime, and rebase vnow (device lock held; design §5.8). The planner calls it at the
+    /// end of every period, a runtime change of the bounds or the period at once.
+    pub(crate) fn refresh_rate(&self, st: &mut DeviceState, now: Now) {
+        let (period_at_ns, _, _) = self.vclock.read();
+        let period_us = self.params().period_us as i64;
+        let base = st.vtime_base_rate as i64;
+        let pleft = (period_at_ns / 1000) as i64 + period_us - (now.now_ns / 1000) as i64;
+        let vperiod = period_us.saturating_mul(base);
+        let mut rate = base;
+        if pleft > 0 {
+            // Deviation: lost budget is not handed out again (the kernel lets vnow run up
+            // to twice as fast for it), design §5.8. It is mostly the budget of readers
+            // that went idle, and a faster vnow gives it to whoever is throttled, a
+            // deep-queued writer, just as those readers return. The vrate search recovers
+            // capacity really spare.
+            let vcomp_max = 0;
+            let vcomp = (-(st.vtime_err / pleft)).clamp(-(base >> 1), vcomp_max);
+            st.vtime_err = st.vtime_err.saturating_add(vcomp.saturating_mul(pleft));
+            rate = base + vcomp;
+        }
+        // Deviation: the kernel keeps the old effective rate when no period is running;
+        // using the base rate then is equivalent (nothing is throttled) and simpler.
+        st.vtime_err = st.vtime_err.clamp(-vperiod, vperiod);
+        let rate = rate.max(1) as u64;
+        if rate != st.vtime_rate {
+            st.vtime_rate = rate;
+            // Rebase at now so that vnow stays continuous across the rate change.
+            let vnow = self.vclock.vnow_at(now.now_ns);
+            self.vclock.set(now.now_ns, vnow, rate);
+        }
+    }
 }
 
 /// A group or volume as the control plane sees it.
@@ -251,14 +278,10 @@ impl QosDevice {
             vtime_rate: rate,
             vtime_err: 0,
             busy_level: 0,
-            lat_window: Default::default(),
-            lat_floors: Default::default(),
-            gross_streak: 0,
             margins,
             last: PeriodRecord::default(),
             contended_periods: 0,
             contended_periods_missed: 0,
-            scratch: crate::planner::Scratch::default(),
             cfg_history: vec![Arc::new(DeviceCfg {
                 params,
                 model: Arc::from(model),
@@ -415,16 +438,9 @@ impl QosDevice {
         }
     }
 
-    /// Run the planner if the current period is over (design §5). Returns the time in ns
-    /// until the next call is due: the caller sleeps that long and calls again. A call
-    /// before the period is over does nothing but return the remaining time, so an
-    /// early or unaligned wakeup is harmless.
-    ///
-    /// After a run the caller should offer every parked FIFO head again, because
-    /// donation or a vrate change may have made it admissible earlier than its timer
-    /// (the kernel kicks all waiters once per period).
-    pub fn plan(&self) -> u64 {
-        crate::planner::plan(&self.shared)
+    /// The state the planner steers (`planner::Planner`).
+    pub(crate) fn shared(&self) -> &Arc<DeviceShared> {
+        &self.shared
     }
 
     /// The planning period, ns.
@@ -502,7 +518,7 @@ impl QosDevice {
             st.vtime_err = 0;
             self.shared.start_period(st, now);
         }
-        crate::planner::refresh_vrate_now(&self.shared, st, now);
+        self.shared.refresh_rate(st, now);
     }
 
     /// Move a volume to another group (None = the root). Its weights, budget and

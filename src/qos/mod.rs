@@ -28,7 +28,7 @@
 //!   waiting requests in a per-volume FIFO; the core never queues. The data path calls
 //!   it in batches: [`VolumeQos::admit_at`] with one clock reading per batch, and
 //!   [`VolumeQos::complete_batch`] once per batch of completions.
-//! * The **planner** ([`QosDevice::plan`], implemented in [`crate::planner`]) runs once
+//! * The **planner** ([`crate::planner::Planner`], which owns its own state) runs once
 //!   per period. It measures how much of its budget each volume used, lets volumes that
 //!   do not need their share *donate* it to those that do (by lowering their `inuse`
 //!   weight, which raises everyone else's hweight), deactivates volumes that went idle,
@@ -69,17 +69,17 @@
 //! * A volume active alone, with no neighbour for a second, is not throttled
 //!   ([`device`]: `DeviceShared::alone`).
 
-pub mod clock;
-pub mod config;
-pub mod device;
-pub mod error;
+pub(crate) mod clock;
+pub(crate) mod config;
+pub(crate) mod device;
+pub(crate) mod error;
 pub(crate) mod histogram;
-pub mod params;
-pub mod request;
-pub mod stats;
+pub(crate) mod params;
+pub(crate) mod request;
+pub(crate) mod stats;
 pub(crate) mod tree;
-pub mod vclock;
-pub mod volume;
+pub(crate) mod vclock;
+pub(crate) mod volume;
 pub(crate) mod weights;
 
 pub use crate::cost_model::{CostModel, IoKind};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::cost_model::vtime::VTIME_PER_USEC;
 use crate::cost_model::{CostInput, CostModel, IoKind};
 
-use super::{IoRequest, ManualClock, QosConfig, QosDevice};
+use super::{Charge, Decision, IoRequest, ManualClock, QosConfig, QosDevice};
 use crate::duration::DurationUs;
 
 /// Every request costs `len` µs of device time (so `len` doubles as the cost).
@@ -45,5 +45,21 @@ pub(crate) fn io_us(us: u64) -> IoRequest {
         kind: IoKind::Read,
         offset: 0,
         len: us,
+    }
+}
+
+/// The charge of an admission that must have gone.
+pub(crate) fn go(a: Decision) -> Charge {
+    match a {
+        Decision::Go(c) => c,
+        Decision::Wait { until_ns } => panic!("expected Go, got Wait until {until_ns}"),
+    }
+}
+
+/// The retry time of an admission that must have waited.
+pub(crate) fn wait(a: Decision) -> u64 {
+    match a {
+        Decision::Wait { until_ns } => until_ns,
+        Decision::Go(c) => panic!("expected Wait, got Go {c:?}"),
     }
 }

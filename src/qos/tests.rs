@@ -2,24 +2,10 @@
 
 use std::sync::Arc;
 
-use super::test_util::{device, io_us, qos_10ms};
+use super::test_util::{device, go, io_us, qos_10ms, wait};
 use super::*;
 use crate::cost_model::vtime::WEIGHT_ONE;
 use crate::duration::DurationUs;
-
-fn go(a: Decision) -> Charge {
-    match a {
-        Decision::Go(c) => c,
-        Decision::Wait { until_ns } => panic!("expected Go, got Wait until {until_ns}"),
-    }
-}
-
-fn wait(a: Decision) -> u64 {
-    match a {
-        Decision::Wait { until_ns } => until_ns,
-        Decision::Go(c) => panic!("expected Wait, got Go {c:?}"),
-    }
-}
 
 #[test]
 fn handles_are_send_and_sync() {
@@ -88,59 +74,6 @@ fn a_share_of_a_quarter_pays_four_times() {
 }
 
 #[test]
-fn disabled_qos_admits_everything_but_counts() {
-    let qos = QosConfig {
-        enable: false,
-        ..qos_10ms()
-    };
-    let (dev, _clock) = device(&qos);
-    assert!(!dev.enabled());
-    let v = dev.add_volume("v", None, 1).unwrap();
-    for _ in 0..100 {
-        let c = go(v.admit(&io_us(1_000_000)));
-        assert_eq!(c.cost, 0);
-        v.complete(&c, 1, 2, 3);
-    }
-    // Completions still feed the latency statistics.
-    assert_eq!(v.latency_histogram(&[1_000]).count, 100);
-    assert_eq!(dev.plan(), dev.period_ns());
-}
-
-#[test]
-fn idle_volume_is_deactivated_after_a_full_period() {
-    let (dev, clock) = device(&qos_10ms());
-    let a = dev.add_volume("a", None, 100).unwrap();
-    let b = dev.add_volume("b", None, 100).unwrap();
-    let ca = go(a.admit(&io_us(10)));
-    go(b.admit(&io_us(10)));
-    assert_eq!(b.stats().hweight_active_raw, WEIGHT_ONE / 2);
-    // a completes; b keeps an IO in flight.
-    a.complete(&ca, 0, 0, 0);
-    clock.advance(dev.period_ns());
-    dev.plan(); // a issued in this period: still active
-    assert!(a.stats().active);
-    clock.advance(dev.period_ns());
-    dev.plan(); // a: a whole period with nothing → idle; b: in flight → active
-    assert!(!a.stats().active);
-    let sb = b.stats();
-    assert!(sb.active);
-    assert_eq!(sb.hweight_active_raw, WEIGHT_ONE);
-}
-
-#[test]
-fn plan_called_early_only_returns_the_remaining_time() {
-    let (dev, clock) = device(&qos_10ms());
-    let v = dev.add_volume("v", None, 100).unwrap();
-    go(v.admit(&io_us(10)));
-    clock.advance(3_000_000);
-    assert_eq!(dev.plan(), 7_000_000);
-    assert_eq!(dev.last_period(), PeriodRecord::default());
-    clock.advance(7_000_000);
-    assert_eq!(dev.plan(), 10_000_000);
-    assert_eq!(dev.last_period().nr_active, 1);
-}
-
-#[test]
 fn control_plane_rejects_bad_input() {
     let (dev, _clock) = device(&qos_10ms());
     assert!(matches!(
@@ -186,70 +119,6 @@ fn weight_change_takes_effect_on_next_admission() {
     dev.set_weight("g", 300).unwrap();
     assert_eq!(a.stats().hweight_active_raw, WEIGHT_ONE / 2);
     assert_eq!(b.stats().weight, 300);
-}
-
-#[test]
-fn hostile_requests_do_not_panic() {
-    let (dev, clock) = device(&qos_10ms());
-    let v = dev.add_volume("v", None, 1).unwrap();
-    for kind in [
-        IoKind::Read,
-        IoKind::Write,
-        IoKind::Flush,
-        IoKind::Discard,
-        IoKind::WriteZeroes,
-    ] {
-        for (offset, len) in [(u64::MAX, u64::MAX), (0, u64::MAX), (u64::MAX, 0), (0, 0)] {
-            let r = IoRequest { kind, offset, len };
-            if let Decision::Go(c) = v.admit(&r) {
-                v.complete(&c, u64::MAX, 0, 1);
-            }
-        }
-    }
-    clock.advance(dev.period_ns());
-    dev.plan();
-    let _ = dev.stats();
-}
-
-#[test]
-fn snapback_takes_donated_weight_back_on_the_issue_path() {
-    let (dev, clock) = device(&qos_10ms());
-    let a = dev.add_volume("a", None, 100).unwrap();
-    let b = dev.add_volume("b", None, 100).unwrap();
-    // Period 1: a uses 10 % of the device, b saturates and is throttled.
-    let period = dev.period_ns();
-    let mut b_parked = false;
-    for step in 0..10 {
-        let c = go(a.admit(&io_us(100)));
-        a.complete(&c, 0, 0, 0);
-        while let Decision::Go(c) = b.admit(&io_us(500)) {
-            b.complete(&c, 0, 0, 0);
-        }
-        b_parked = true;
-        let _ = step;
-        clock.advance(period / 10);
-    }
-    assert!(b_parked);
-    dev.plan();
-    let sa = a.stats();
-    assert!(
-        sa.hweight_inuse_raw < sa.hweight_active_raw / 2,
-        "a donates: {sa:?}"
-    );
-    // a suddenly needs its share: its budget drops below 20 %, inuse snaps back up.
-    let mut n = 0;
-    while let Decision::Go(c) = a.admit(&io_us(200)) {
-        a.complete(&c, 0, 0, 0);
-        n += 1;
-        assert!(n < 1000);
-    }
-    let sa = a.stats();
-    assert_eq!(
-        sa.inuse_raw,
-        100 * WEIGHT_ONE,
-        "a waiting holds its full weight"
-    );
-    assert_eq!(sa.hweight_inuse_raw, sa.hweight_active_raw);
 }
 
 /// Moving an active volume between groups changes its share at the next admission and

@@ -44,24 +44,8 @@ pub(crate) struct TreeNode {
     pub last_inuse: u32,
     /// Cumulative device time used by this subtree, µs.
     pub usage_us: u64,
-    // --- planner bookkeeping for volumes ---
+    /// When the volume last became active.
     pub activated_at_ns: u64,
-    pub last_abs_vusage: u64,
-    pub usage_delta_us: u64,
-    pub last_met: [u32; 2],
-    pub last_missed: [u32; 2],
-    pub last_rq_wait_ns: u64,
-    pub last_lat_sum_us: [u64; 2],
-    pub last_lat_sq_sum: [u64; 2],
-    // --- donation scratch (design §6.5), valid during one planner run ---
-    pub hweight_donating: u32,
-    pub hweight_after: u32,
-    pub stamp: u64,
-    pub b: u64,
-    pub b_prime: u64,
-    pub t: u64,
-    pub t_prime: u64,
-    pub child_adjusted_sum: u64,
 }
 
 impl TreeNode {
@@ -77,21 +61,6 @@ impl TreeNode {
             last_inuse: 0,
             usage_us: 0,
             activated_at_ns: 0,
-            last_abs_vusage: 0,
-            usage_delta_us: 0,
-            last_met: [0; 2],
-            last_missed: [0; 2],
-            last_rq_wait_ns: 0,
-            last_lat_sum_us: [0; 2],
-            last_lat_sq_sum: [0; 2],
-            hweight_donating: 0,
-            hweight_after: 0,
-            stamp: 0,
-            b: 0,
-            b_prime: 0,
-            t: 0,
-            t_prime: 0,
-            child_adjusted_sum: 0,
         }
     }
 

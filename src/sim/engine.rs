@@ -7,7 +7,7 @@
 //!
 //! The loop plays the data path's part exactly as the daemon does: the per-volume FIFO of
 //! `backend::admit_queue` (only the head offered to admission control), a timer per volume
-//! at the returned `until_ns`, a planner tick at the interval [`QosDevice::plan`]
+//! at the returned `until_ns`, a planner tick at the interval [`Planner::plan`]
 //! returns (after which every parked head is offered again), and completions reported
 //! with admission, slot and completion times.
 
@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use crate::backend::admit_queue::{AdmitQueue, Next};
 use crate::cost_model::{CostInput, CostModel, IoKind};
+use crate::planner::Planner;
 use crate::qos::{Charge, IoRequest, ManualClock, QosDevice, VolumeQos};
 
 use super::disk::Disk;
@@ -75,6 +76,7 @@ struct VolState {
 struct Sim {
     clock: Arc<ManualClock>,
     qos: QosDevice,
+    planner: Planner,
     vols: Vec<Arc<VolumeQos>>,
     vstate: Vec<VolState>,
     wls: Vec<Workload>,
@@ -130,6 +132,7 @@ pub fn run(sc: &Scenario) -> Result<SimResult, Error> {
         .collect::<Vec<_>>();
     let mut sim = Sim {
         clock,
+        planner: Planner::new(&qos),
         qos,
         vstate: (0..vols.len()).map(|_| VolState::default()).collect(),
         vols,
@@ -358,7 +361,7 @@ impl Sim {
     }
 
     fn plan(&mut self) {
-        let next = self.qos.plan().max(1);
+        let next = self.planner.plan().max(1);
         let rec = self.qos.last_period();
         if rec.at_ns != 0 && rec.at_ns != self.last_plan_at {
             self.last_plan_at = rec.at_ns;

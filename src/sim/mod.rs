@@ -11,11 +11,11 @@
 //!
 //! Entry point for the command line: [`run_file`].
 
-pub mod disk;
-pub mod engine;
-pub mod report;
-pub mod scenario;
-pub mod workload;
+pub(crate) mod disk;
+pub(crate) mod engine;
+pub(crate) mod report;
+pub(crate) mod scenario;
+pub(crate) mod workload;
 
 #[cfg(test)]
 mod tests;
