@@ -73,6 +73,29 @@ fn a_share_of_a_quarter_pays_four_times() {
     assert_eq!(until, clock.now_ns() + 200_000 + 100_000);
 }
 
+/// A volume alone is not throttled but is charged; when a neighbour arrives it owes the
+/// device time of what it has in flight and no more (design §5.9): with a 300 µs request
+/// in flight and no budget left, a 4,500 µs request (9,000 µs of its clock at half the
+/// device) waits 9.3 ms, however far ahead of vnow its completed work ran while it was
+/// alone (a second of device time in 10 ms here).
+#[test]
+fn a_lone_volume_owes_only_its_queue_when_a_neighbour_arrives() {
+    let (dev, clock) = device(&qos_10ms());
+    let a = dev.add_volume("a", None, 100).unwrap();
+    let b = dev.add_volume("b", None, 100).unwrap();
+    // Alone: a second of device time done in 10 ms of wall time, never throttled.
+    for _ in 0..1_000 {
+        let c = go(a.admit(&io_us(1_000)));
+        let t = clock.now_ns();
+        a.complete(&c, t, t, t);
+        clock.advance(10_000);
+    }
+    go(a.admit(&io_us(300)));
+    go(b.admit(&io_us(1)));
+    let until = wait(a.admit(&io_us(4_500)));
+    assert_eq!(until, clock.now_ns() + 9_300_000 + 100_000);
+}
+
 #[test]
 fn control_plane_rejects_bad_input() {
     let (dev, _clock) = device(&qos_10ms());

@@ -178,6 +178,17 @@ impl VolumeCore {
             && self.done_vtime.load(Relaxed) == self.vtime.load(Relaxed)
     }
 
+    /// Pull both clocks back so that the volume owes no more than what it has in flight:
+    /// what it completed ahead of `vnow` while alone is forgiven (design §5.9; device
+    /// lock held, the volume's worker may be charging concurrently).
+    pub(crate) fn forgive_completed_ahead(&self, vnow: u64) {
+        let ahead = vdiff(self.done_vtime.load(Relaxed), vnow);
+        if ahead > 0 {
+            self.vtime.fetch_sub(ahead as u64, Relaxed);
+            self.done_vtime.fetch_sub(ahead as u64, Relaxed);
+        }
+    }
+
     /// Total wait time including a wait still in progress.
     fn wait_ns_total(&self, now_ns: u64) -> u64 {
         let mut t = self.io.wait_ns.load(Relaxed);
@@ -429,21 +440,14 @@ impl VolumeQos {
     }
 
     /// Alone on the device: nobody to protect, so nothing to throttle (a lone tenant is
-    /// never slower than with QoS off, whatever the model says), design §5.9. What it has
-    /// in flight stays charged at its absolute cost, and only that: what it completed
-    /// ahead of vnow is forgiven. So a neighbour arriving finds it owing exactly the
-    /// device time of its queue, and it waits until the device has worked that off
-    /// rather than keeping the device full while the neighbour's first requests queue
-    /// behind it.
+    /// never slower than with QoS off, whatever the model says), design §5.9. It is
+    /// charged at absolute cost all the same; when a neighbour arrives, what it completed
+    /// ahead of vnow is forgiven ([`VolumeCore::forgive_completed_ahead`]), so that it
+    /// owes exactly the device time of its queue and waits until the device has worked
+    /// that off, rather than keeping the device full while the neighbour's first
+    /// requests queue behind it.
     fn go_alone(&self, io: &IoRequest, abs: u64, now: &Now) -> Decision {
-        let v = &*self.core;
-        let go = self.go(io, abs, abs, abs, now.now_ns);
-        let ahead = vdiff(v.done_vtime.load(Relaxed), now.vnow);
-        if ahead > 0 {
-            v.vtime.fetch_sub(ahead as u64, Relaxed);
-            v.done_vtime.fetch_sub(ahead as u64, Relaxed);
-        }
-        go
+        self.go(io, abs, abs, abs, now.now_ns)
     }
 
     /// Make sure the volume is active (design §3.3) and return the clock snapshot.
@@ -479,6 +483,12 @@ impl VolumeQos {
         st.tree.commit_weights(&dev.hweight_gen);
         v.invalidate_hweights(dev.hweight_gen.load(Acquire));
         st.tree.nodes[node].activated_at_ns = now.now_ns;
+        if dev.alone(now.now_ns) {
+            // A neighbour for a volume that was alone (design §5.9).
+            for (_, lone) in &st.active {
+                lone.forgive_completed_ahead(now.vnow);
+            }
+        }
         st.active.push((node, Arc::clone(&self.core)));
         dev.set_nr_active(st.active.len(), now.now_ns);
         v.on_active.store(true, Release);
