@@ -5,8 +5,8 @@
 //! Layout:
 //! - [`backend`]: the data path: vhost-user glue, virtio-blk request parsing, the
 //!   admission seam, device slots, the io_uring engine and the per-volume workers.
-//! - [`cost_model`]: what a request costs in device time (vtime units, the linear model,
-//!   presets, `[device.model]`).
+//! - [`cost_model`]: what a request costs in device time (the linear model, presets,
+//!   `[device.model]`).
 //! - [`qos`]: the per-device controller and the per-volume issue path (virtual time,
 //!   weights, hierarchical weights, `[device.qos]`, statistics).
 //! - [`planner`]: the per-period planner (latency signals, busy_level, vrate, idle
@@ -23,6 +23,7 @@
 //! - [`config`]: the TOML configuration and its validation.
 //! - [`control`]: the REST control plane, metrics, persistence and the `ctl` client.
 //! - [`daemon`]: assembly of the daemon (disk, QoS tree, listeners, planner thread).
+//! - [`vtime`]: the QoS core's units (vtime, weights) and integer helpers.
 //! - [`duration`]: durations as configs, the API and job files write them.
 //! - [`instance_lock`]: one daemon per host disk (an exclusive `flock` on it).
 //! - [`logging`]: the `tracing` setup, with rate limits for log lines a guest can cause.
@@ -50,3 +51,4 @@ pub mod sd_notify;
 pub mod sim;
 pub(crate) mod socket_path;
 pub mod tune;
+pub(crate) mod vtime;

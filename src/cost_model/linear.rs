@@ -19,7 +19,7 @@
 //! any other request.
 
 use super::model::{CostInput, CostModel, IoKind};
-use super::vtime::{cdiv, MAX_ABS_COST, VTIME_PER_SEC};
+use crate::vtime::{cdiv, MAX_ABS_COST, VTIME_PER_SEC};
 
 /// Size of a cost-model page (4 KiB).
 pub const PAGE_SHIFT: u32 = 12;
@@ -293,8 +293,8 @@ impl CostModel for LinearModel {
 #[cfg(test)]
 mod tests {
     use super::super::presets::Preset;
-    use super::super::vtime::VTIME_PER_USEC;
     use super::*;
+    use crate::vtime::VTIME_PER_USEC;
 
     fn coefs(p: Preset) -> [u64; 6] {
         let c = p.params().coefs();

@@ -2,7 +2,7 @@
 //!
 //! IOCost does not count IOPS or bytes. Every request is charged its *absolute cost*:
 //! the time it is expected to occupy the device when the device runs at 100 % of its
-//! modelled speed, in vtime units (2^37 per second, see [`vtime`]). A 4 KiB random read
+//! modelled speed, in vtime units (2^37 per second, see [`crate::vtime`]). A 4 KiB random read
 //! on an SSD may cost 117 µs, a 1 MiB sequential read 2.2 ms; both are then shared out by
 //! weight on the same scale, which is what makes the proportions meaningful across very
 //! different workloads.
@@ -12,7 +12,6 @@
 //! only has to get the *relative* costs of different requests right.
 //!
 //! Contents:
-//! * [`vtime`]: units and integer helpers shared by the whole QoS core;
 //! * [`model`]: the [`CostModel`] trait and the request description it prices;
 //! * [`linear`]: the kernel's six-parameter linear model, plus prices for FLUSH, DISCARD
 //!   and WRITE_ZEROES (free in the kernel, charged here);
@@ -23,7 +22,6 @@ pub(crate) mod config;
 pub(crate) mod linear;
 pub(crate) mod model;
 pub(crate) mod presets;
-pub(crate) mod vtime;
 
 pub use config::ModelConfig;
 pub use linear::{LinearCoefs, LinearModel, LinearParams, NonDataFactors};

@@ -29,8 +29,8 @@ pub(crate) mod faults;
 pub use config::EmulatedConfig;
 pub use faults::FaultPlan;
 
-use crate::cost_model::vtime::vtime_to_ns;
 use crate::cost_model::{CostInput, CostModel, LinearModel};
+use crate::vtime::vtime_to_ns;
 
 /// When a request the disk accepted completes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -27,7 +27,7 @@
 
 use super::lat_stat::LatStat;
 use super::latency_floor::LatencyTrend;
-use crate::cost_model::vtime::MILLION;
+use crate::vtime::MILLION;
 
 /// rq-wait above this percentage of the period means saturated.
 pub const RQ_WAIT_BUSY_PCT: u32 = 5;

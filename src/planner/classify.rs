@@ -19,12 +19,12 @@
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 
-use crate::cost_model::vtime::{after, before, cdiv, cdiv_mul, cost_to_abs_cost, vdiff, MILLION};
 use crate::qos::device::{DeviceShared, DeviceState};
 use crate::qos::params::Margins;
 use crate::qos::tree::W;
 use crate::qos::volume::VolumeCore;
 use crate::qos::weights::compute_hweight_max;
+use crate::vtime::{after, before, cdiv, cdiv_mul, cost_to_abs_cost, vdiff, MILLION};
 
 use super::busy::Demand;
 use super::{PeriodCtx, PlannerState};

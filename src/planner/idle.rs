@@ -9,9 +9,9 @@
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::Arc;
 
-use crate::cost_model::vtime::vdiff;
 use crate::qos::device::{DeviceShared, DeviceState};
 use crate::qos::tree::W;
+use crate::vtime::vdiff;
 
 use super::PeriodCtx;
 

@@ -38,7 +38,7 @@
 //! unchanged).
 
 use super::lat_stat::is_gross;
-use crate::cost_model::vtime::MILLION;
+use crate::vtime::MILLION;
 
 /// Above this percentage of the floor (and the noise margin), latency is rising.
 pub const QUEUE_RISING_PCT: u64 = 115;

@@ -45,12 +45,12 @@ mod tests;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
-use crate::cost_model::vtime::MILLION;
 use crate::qos::device::DeviceShared;
 use crate::qos::stats::PeriodRecord;
 use crate::qos::vclock::Now;
 use crate::qos::volume::rate_to_ppm;
 use crate::qos::QosDevice;
+use crate::vtime::MILLION;
 use lat_stat::LatStat;
 pub(crate) use state::{NodeBook, PlannerState};
 

@@ -3,11 +3,11 @@
 use std::sync::Arc;
 
 use super::Planner;
-use crate::cost_model::vtime::WEIGHT_ONE;
 use crate::qos::test_util::{go, io_us, qos_10ms};
 use crate::qos::{
     Clock, Decision, IoKind, IoRequest, ManualClock, PeriodRecord, QosConfig, QosDevice, VolumeQos,
 };
+use crate::vtime::WEIGHT_ONE;
 
 /// A device and its planner, driven together by the tests.
 struct Planned {

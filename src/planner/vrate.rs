@@ -33,8 +33,8 @@
 //! that discarding it does not lose work: the lost vtime is handed out again over the
 //! next period, within 0.5×..2× of the base rate.
 
-use crate::cost_model::vtime::cdiv;
 use crate::qos::device::{DeviceShared, DeviceState};
+use crate::vtime::cdiv;
 
 /// Largest step, percent per period: taken at once after [`GROSS_STREAK`] gross misses.
 pub const VRATE_MAX_ADJ_PCT: u64 = 16;

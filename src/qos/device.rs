@@ -34,8 +34,8 @@
 use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::cost_model::vtime::{VTIME_PER_USEC, WEIGHT_ONE};
 use crate::cost_model::{CostModel, ModelConfig};
+use crate::vtime::{VTIME_PER_USEC, WEIGHT_ONE};
 
 use super::clock::Clock;
 use super::config::QosConfig;

@@ -15,7 +15,7 @@
 //! Budget margins are fractions of one period's worth of vtime *at the base vrate*, so
 //! they are recomputed whenever the planner changes the base vrate.
 
-use crate::cost_model::vtime::{cdiv, MILLION, VTIME_PER_USEC};
+use crate::vtime::{cdiv, MILLION, VTIME_PER_USEC};
 
 use super::config::QosConfig;
 

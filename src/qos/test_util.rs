@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use crate::cost_model::vtime::VTIME_PER_USEC;
 use crate::cost_model::{CostInput, CostModel, IoKind};
+use crate::vtime::VTIME_PER_USEC;
 
 use super::{Charge, Decision, IoRequest, ManualClock, QosConfig, QosDevice};
 use crate::duration::DurationUs;

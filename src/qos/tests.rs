@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use super::test_util::{device, go, io_us, qos_10ms, wait};
 use super::*;
-use crate::cost_model::vtime::WEIGHT_ONE;
 use crate::duration::DurationUs;
+use crate::vtime::WEIGHT_ONE;
 
 #[test]
 fn handles_are_send_and_sync() {
@@ -236,11 +236,11 @@ fn set_qos_and_set_model_apply_at_once() {
     assert_eq!(dev.period_ns(), 20_000_000);
     assert_eq!(dev.vrate_ppm(), 500_000);
     let c = go(v.admit(&io_us(100)));
-    assert_eq!(c.abs_cost, 100 * crate::cost_model::vtime::VTIME_PER_USEC);
+    assert_eq!(c.abs_cost, 100 * crate::vtime::VTIME_PER_USEC);
     let m = crate::cost_model::ModelConfig::default();
     dev.set_model(&m).unwrap();
     let c = go(v.admit(&io_us(100)));
-    assert_ne!(c.abs_cost, 100 * crate::cost_model::vtime::VTIME_PER_USEC);
+    assert_ne!(c.abs_cost, 100 * crate::vtime::VTIME_PER_USEC);
     // Disabling admits everything unthrottled.
     dev.set_qos(&QosConfig { enable: false, ..q }).unwrap();
     assert!(!dev.enabled());

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed, Ordering::Release};
 use std::sync::Arc;
 
-use crate::cost_model::vtime::{cdiv_wide, vdiff, WEIGHT_ONE};
+use crate::vtime::{cdiv_wide, vdiff, WEIGHT_ONE};
 
 use super::volume::VolumeCore;
 use super::weights::{NodeWeights, WEIGHT_DEFAULT};

@@ -90,7 +90,7 @@ impl VClock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cost_model::vtime::{VTIME_PER_SEC, VTIME_PER_USEC};
+    use crate::vtime::{VTIME_PER_SEC, VTIME_PER_USEC};
 
     #[test]
     fn advances_at_rate_and_rebases() {

@@ -22,11 +22,11 @@ use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
-use crate::cost_model::vtime::{
+use crate::cost_model::{CostInput, IoKind};
+use crate::vtime::{
     abs_cost_to_cost, after, before_eq, cdiv, vdiff, MAX_ABS_COST, VTIME_PER_NSEC, VTIME_PER_USEC,
     WEIGHT_ONE,
 };
-use crate::cost_model::{CostInput, IoKind};
 
 use super::device::DeviceShared;
 use super::histogram::LatencyWindows;
@@ -585,5 +585,5 @@ impl VolumeQos {
 
 /// Percent of 100 % vrate for a rate in vtime per µs.
 pub(crate) fn rate_to_ppm(rate: u64) -> u64 {
-    crate::cost_model::vtime::mul_div(rate, 1_000_000, VTIME_PER_USEC)
+    crate::vtime::mul_div(rate, 1_000_000, VTIME_PER_USEC)
 }

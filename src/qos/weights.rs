@@ -24,7 +24,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
-use crate::cost_model::vtime::{cdiv_mul, mul_div, WEIGHT_ONE};
+use crate::vtime::{cdiv_mul, mul_div, WEIGHT_ONE};
 
 /// Smallest user weight.
 pub const WEIGHT_MIN: u32 = 1;

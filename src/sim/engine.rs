@@ -346,7 +346,7 @@ impl Sim {
                 device_ns: r.cost_ns,
                 abs_cost: charge.abs_cost,
                 size_ns: self.size_model.size_cost(r.io.kind, r.io.len)
-                    / crate::cost_model::vtime::VTIME_PER_NSEC,
+                    / crate::vtime::VTIME_PER_NSEC,
             });
         }
         self.free.push(id);

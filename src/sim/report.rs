@@ -133,7 +133,7 @@ impl SimResult {
             .filter(|c| Some(c.vol) == v && c.alloc_ns >= from_ns && c.alloc_ns < to_ns)
             .map(|c| c.abs_cost)
             .sum();
-        sum as f64 / crate::cost_model::vtime::VTIME_PER_USEC as f64
+        sum as f64 / crate::vtime::VTIME_PER_USEC as f64
     }
 
     /// Completions per second of a volume in a window.
