@@ -10,8 +10,6 @@ use std::collections::VecDeque;
 
 use crate::emulated::EmulatedDisk;
 
-use super::engine::ReqId;
-
 /// Disk state.
 #[derive(Debug)]
 pub(crate) struct Disk {
@@ -19,8 +17,8 @@ pub(crate) struct Disk {
     pub slots: usize,
     /// Requests holding a slot (waiting for a channel or in service).
     pub in_device: usize,
-    /// Waiting for a slot.
-    pub slot_wait: VecDeque<ReqId>,
+    /// Volumes whose admitted FIFO head waits for a slot, in the order they asked.
+    pub slot_waiters: VecDeque<usize>,
 }
 
 impl Disk {
@@ -29,7 +27,7 @@ impl Disk {
             emulated,
             slots,
             in_device: 0,
-            slot_wait: VecDeque::new(),
+            slot_waiters: VecDeque::new(),
         }
     }
 }

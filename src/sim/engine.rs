@@ -64,8 +64,7 @@ struct Req {
 
 #[derive(Default)]
 struct VolState {
-    /// The data path's own FIFO discipline (`backend::admit_queue`); device slots are the
-    /// modelled disk's (`Disk::slot_wait`), so the FIFO never waits for one.
+    /// The data path's own FIFO discipline (`backend::admit_queue`), slots included.
     parked: AdmitQueue<ReqId, Charge>,
     timer_at: Option<u64>,
     timer_token: u64,
@@ -279,8 +278,13 @@ impl Sim {
         loop {
             let vol = self.vols[v].as_ref();
             let now_ns = crate::backend::admission::Admission::now_ns(vol);
-            match self.vstate[v].parked.next(vol, now_ns, || true) {
-                Next::Start(p) => self.dispatch(p.req, p.ticket.expect("admitted")),
+            let disk = &self.disk;
+            let take_slot = || disk.in_device < disk.slots;
+            match self.vstate[v].parked.next(vol, now_ns, take_slot) {
+                Next::Start(p) => {
+                    let admitted = p.admitted_ns.saturating_sub(T0);
+                    self.dispatch(p.req, p.ticket.expect("admitted"), admitted);
+                }
                 Next::WaitUntil(until_ns) => {
                     let at = until_ns.saturating_sub(T0).max(self.now + 1);
                     let st = &mut self.vstate[v];
@@ -293,12 +297,20 @@ impl Sim {
                     self.push(at, Event::Timer(v, token));
                     return;
                 }
-                Next::NoSlot | Next::Empty => return,
+                Next::NoSlot => {
+                    // Woken when a request completes, as a worker is by its wake eventfd.
+                    if !self.disk.slot_waiters.contains(&v) {
+                        self.disk.slot_waiters.push_back(v);
+                    }
+                    return;
+                }
+                Next::Empty => return,
             }
         }
     }
 
-    fn dispatch(&mut self, id: ReqId, charge: Charge) {
+    /// Start an admitted request that holds a device slot.
+    fn dispatch(&mut self, id: ReqId, charge: Charge, admitted_ns: u64) {
         let v = self.reqs[id].vol;
         let io = self.reqs[id].io;
         let input = CostInput {
@@ -312,13 +324,9 @@ impl Sim {
         }
         let r = &mut self.reqs[id];
         r.input = input;
-        r.alloc_ns = self.now;
+        r.alloc_ns = admitted_ns;
         r.charge = Some(charge);
-        if self.disk.in_device < self.disk.slots {
-            self.start(id);
-        } else {
-            self.disk.slot_wait.push_back(id);
-        }
+        self.start(id);
     }
 
     fn start(&mut self, id: ReqId) {
@@ -350,8 +358,8 @@ impl Sim {
             });
         }
         self.free.push(id);
-        if let Some(next) = self.disk.slot_wait.pop_front() {
-            self.start(next);
+        if let Some(v) = self.disk.slot_waiters.pop_front() {
+            self.kick(v);
         }
         let w = r.wl;
         self.wls[w].outstanding -= 1;
