@@ -67,6 +67,7 @@ impl Daemon {
                     v.weight,
                 )
                 .map_err(|e| DaemonError::Qos(format!("volume {}: {e}", v.name)))?;
+            handle.set_caps(v.caps.as_ref());
             let mut volume = Volume::new(v, shared.clone(), handle);
             volume.socket_gid = v.socket_gid(i)?;
             let volume = Arc::new(volume);

@@ -24,6 +24,7 @@
 //! - [`control`]: the REST control plane, metrics, persistence and the `ctl` client.
 //! - [`daemon`]: assembly of the daemon (disk, QoS tree, listeners, planner thread).
 //! - [`vtime`]: the QoS core's units (vtime, weights) and integer helpers.
+//! - [`size`]: byte sizes as configs write them (`"64MiB"`).
 //! - [`duration`]: durations as configs, the API and job files write them.
 //! - [`instance_lock`]: one daemon per host disk (an exclusive `flock` on it).
 //! - [`logging`]: the `tracing` setup, with rate limits for log lines a guest can cause.
@@ -49,6 +50,7 @@ pub mod qos;
 pub(crate) mod rng;
 pub mod sd_notify;
 pub mod sim;
+pub mod size;
 pub(crate) mod socket_path;
 pub mod tune;
 pub(crate) mod vtime;

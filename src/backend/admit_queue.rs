@@ -265,6 +265,21 @@ mod tests {
     }
 
     #[test]
+    fn an_admitted_head_taken_by_stopping_keeps_its_ticket_and_admission_time() {
+        let a = Scripted::answering(&[Decision::Go(7)]);
+        let mut q = queue(&[11, 20]);
+        assert!(matches!(q.next(&a, 100, || false), Next::NoSlot));
+        let taken = q.take_where(&a, 300, |r| r % 2 == 1);
+        let taken: Vec<_> = taken
+            .iter()
+            .map(|p| (p.req, p.ticket, p.admitted_ns))
+            .collect();
+        assert_eq!(taken, [(11, Some(7), 100)]);
+        // It was admitted: there is no wait to abandon.
+        assert_eq!(*a.abandoned.lock().unwrap(), 0);
+    }
+
+    #[test]
     fn taking_from_behind_an_unadmitted_head_keeps_its_wait() {
         let a = Scripted::answering(&[Decision::Wait { until_ns: 900 }]);
         let mut q = queue(&[10, 21]);

@@ -6,10 +6,9 @@
 //! everything that needs no I/O; [`Config::validate_layout`] checks the volume ranges once
 //! the host disk's size and logical block size are known.
 
-mod size;
 mod socket_access;
 
-pub use size::ByteSize;
+use crate::size::ByteSize;
 pub use socket_access::{group_id, FileMode};
 
 use serde::{Deserialize, Serialize};
@@ -166,6 +165,9 @@ pub struct VolumeConfig {
     /// Returned by VIRTIO_BLK_T_GET_ID; the volume name if absent.
     #[serde(default)]
     pub serial: Option<String>,
+    /// Hard limits on IOPS and bandwidth, with QEMU's throttling semantics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caps: Option<crate::qos::CapsConfig>,
 }
 
 fn default_true() -> bool {
@@ -350,6 +352,12 @@ impl Config {
                 return Err(invalid(v.key(i, "socket"), "same path as control.socket"));
             }
             check_weight(&v.key(i, "weight"), v.weight)?;
+            if let Some(caps) = &v.caps {
+                caps.validate().map_err(|e| match e.split_once(": ") {
+                    Some((key, message)) => invalid(v.key(i, key), message),
+                    None => invalid(v.key(i, "caps"), e),
+                })?;
+            }
             if let Some(group) = &v.group {
                 if !groups.contains(group.as_str()) && group != ROOT_GROUP {
                     return Err(invalid(

@@ -28,6 +28,27 @@ fn err_of(text: &str) -> String {
 }
 
 #[test]
+fn caps_are_checked_and_errors_name_the_key() {
+    let capped = |caps: &str| {
+        BASE.replace(
+            "group = \"tenant-a\"",
+            &format!("group = \"tenant-a\"\ncaps = {{ {caps} }}"),
+        )
+    };
+    let c = Config::parse(&capped("iops = 2000, burst_iops = 4000, burst_seconds = 2")).unwrap();
+    let caps = c.volumes[0].caps.unwrap();
+    assert_eq!(
+        (caps.iops, caps.burst_iops, caps.burst_seconds),
+        (2000, 4000, Some(2))
+    );
+    let e = err_of(&capped("iops = 10, read_iops = 5"));
+    assert!(e.contains("volume[0] \"a\".caps.iops"), "{e}");
+    let e = err_of(&capped("bps = \"1MiB\", burst_bps = \"1KiB\""));
+    assert!(e.contains("volume[0] \"a\".caps.burst_bps"), "{e}");
+    assert!(Config::parse(&capped("ipos = 5")).is_err());
+}
+
+#[test]
 fn demo_config_in_the_repository_is_valid() {
     let text = include_str!("../../configs/demo.toml");
     let config = Config::parse(text).expect("configs/demo.toml must validate");

@@ -181,6 +181,8 @@ pub struct VolumeStatsView {
     pub wait_us: u64,
     /// Requests that had to wait for budget, since start.
     pub throttled: u64,
+    /// Times a cap held the volume's next request back, since start.
+    pub capped: u64,
     pub lat_p50_us_period: Option<u64>,
     pub lat_p99_us_period: Option<u64>,
     pub lat_p50_us: Option<u64>,

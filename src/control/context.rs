@@ -518,6 +518,7 @@ impl Control {
                     donated_pct: q.map_or(0.0, |q| q.donated),
                     wait_us: q.map_or(0, |q| q.wait_us),
                     throttled: q.map_or(0, |q| q.throttled),
+                    capped: q.map_or(0, |q| q.capped),
                     lat_p50_us_period: q.and_then(|q| q.lat_p50_us_period),
                     lat_p99_us_period: q.and_then(|q| q.lat_p99_us_period),
                     lat_p50_us: q.and_then(|q| q.lat_p50_us),

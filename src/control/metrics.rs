@@ -12,6 +12,7 @@
 //! | `vhost_iocost_volume_errors_total` | counter | requests answered IOERR |
 //! | `vhost_iocost_volume_connections_total` | counter | frontend connections accepted |
 //! | `vhost_iocost_volume_throttled_total` | counter | requests that waited for budget |
+//! | `vhost_iocost_volume_capped_total` | counter | times a cap held the next request back |
 //! | `vhost_iocost_volume_wait_seconds_total` | counter | time with a throttled request |
 //! | `vhost_iocost_volume_weight` | gauge | configured weight |
 //! | `vhost_iocost_volume_usage_percent` | gauge | device time used in the last period |
@@ -87,6 +88,7 @@ impl Collector for ControlCollector {
         let mut errors = Vec::new();
         let mut conns = Vec::new();
         let mut throttled = Vec::new();
+        let mut capped = Vec::new();
         let mut wait = Vec::new();
         let mut weight = Vec::new();
         let mut usage = Vec::new();
@@ -109,6 +111,7 @@ impl Collector for ControlCollector {
             errors.push((l.clone(), ConstCounter::new(v.errors)));
             conns.push((l.clone(), ConstCounter::new(v.connections)));
             throttled.push((l.clone(), ConstCounter::new(v.throttled)));
+            capped.push((l.clone(), ConstCounter::new(v.capped)));
             wait.push((l.clone(), ConstCounter::new(v.wait_us as f64 / 1e6)));
             weight.push((l.clone(), ConstGauge::new(i64::from(v.weight))));
             usage.push((l.clone(), ConstGauge::new(v.usage_pct)));
@@ -146,6 +149,12 @@ impl Collector for ControlCollector {
             &format!("{p}throttled"),
             "Requests that waited for budget.",
             &throttled,
+        )?;
+        family(
+            &mut enc,
+            &format!("{p}capped"),
+            "Times a cap held the next request back.",
+            &capped,
         )?;
         family(
             &mut enc,

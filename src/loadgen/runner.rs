@@ -507,7 +507,7 @@ pub fn format_table(tenants: &[TenantSpec], results: &[TenantResult]) -> String 
             "{:<12} {:<10} {:>6} {:>4} {:>10.0} {:>9.1} {:>9.0} {:>9.0} {:>9.0} {:>6} {:>8}",
             r.name,
             format!("{:?}", t.rw).to_lowercase(),
-            crate::config::ByteSize(t.bs).to_string(),
+            crate::size::ByteSize(t.bs).to_string(),
             t.iodepth,
             r.iops,
             r.mib_per_s,

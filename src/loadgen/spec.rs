@@ -1,7 +1,7 @@
 //! Tenant workload descriptions: `socket=a.sock,rw=randread,bs=4k,iodepth=32`.
 
-use crate::config::ByteSize;
 use crate::duration::parse_duration;
+use crate::size::ByteSize;
 use serde::Serialize;
 use std::time::Duration;
 

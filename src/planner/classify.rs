@@ -10,8 +10,8 @@
 //!   the target budget (50 %). If that is below what it could have, it donates the
 //!   difference.
 //!
-//! Budget above the 50 % target is discarded here too (recorded as lost vtime for vrate
-//! compensation), so nobody banks more than half a period of credit.
+//! Budget above the 50 % target is discarded here too, so nobody banks more than half a
+//! period of credit (Linux records it as lost and hands it out again; design §5.8).
 //!
 //! The loop also counts volumes whose IO has been in flight for more than a period
 //! ("lagging"): their latency is not yet visible to the latency signal, so they block
@@ -44,7 +44,6 @@ pub(crate) fn classify(
         tree,
         active,
         margins,
-        vtime_err,
         vtime_base_rate,
         ..
     } = st;
@@ -90,7 +89,7 @@ pub(crate) fn classify(
             let usage_dur_us = (ctx.now.now_ns.saturating_sub(start_ns) / 1000).max(1);
             let usage = cdiv_mul(usage_us, W, usage_dur_us).clamp(1, W) as u32;
             let hwm = compute_hweight_max(&v.path.load());
-            let new_hwi = hweight_after_donation(margins, vtime_err, v, hwi, hwm, usage, ctx);
+            let new_hwi = hweight_after_donation(margins, v, hwm, usage, ctx);
             if new_hwi < hwm && hwa >= 2 {
                 let book = &mut books[id];
                 book.hweight_donating = hwa;
@@ -111,9 +110,7 @@ pub(crate) fn classify(
 /// The hweight_inuse a surplus candidate should keep (design §6.4).
 fn hweight_after_donation(
     margins: &Margins,
-    vtime_err: &mut i64,
     v: &VolumeCore,
-    old_hwi: u32,
     hwm: u32,
     usage: u32,
     ctx: &PeriodCtx,
@@ -131,8 +128,6 @@ fn hweight_after_donation(
         v.vtime.fetch_add(excess as u64, Relaxed);
         v.done_vtime.fetch_add(excess as u64, Relaxed);
         vtime = vtime.wrapping_add(excess as u64);
-        let lost = i128::from(excess) * i128::from(old_hwi) / i128::from(W);
-        *vtime_err = vtime_err.saturating_sub(lost.min(i128::from(i64::MAX)) as i64);
     }
     // delta: the remaining budget as a fraction (×W) of the vtime that elapsed this
     // period. Choose new_hwi so that consuming `usage` next period ends at the target:

@@ -25,7 +25,8 @@
 //!    (volumes short while the device has slack) count down.
 //! 7. **vrate** ([`vrate`]): the base rate falls 4 % at once in a saturated window and
 //!    rises by a step that grows with the starved streak, within the configured
-//!    bounds; discarded budget is compensated.
+//!    bounds. vnow runs at the base rate (a deviation: Linux hands discarded budget out
+//!    again through a faster vnow, design §5.8).
 //!
 //! The order follows the kernel's `ioc_timer_fn` (design §5.2).
 
@@ -167,9 +168,12 @@ fn plan(dev: &DeviceShared, ps: &mut PlannerState) -> u64 {
     let mut missed_at_min = last.missed_at_min;
     if dev.alone(now.now_ns) {
         // Alone on the device, a volume is not throttled (`VolumeQos::admit_at`): its
-        // misses are its own and its unused budget was not lost, so vrate, busy_level
-        // and the latency floor hold for when a neighbour arrives.
-        st.vtime_err = 0;
+        // misses are its own, so vrate, busy_level and the latency floor hold for when a
+        // neighbour arrives. It is charged all the same; what it completed ahead of vnow
+        // is forgiven every period, so its clock never runs far ahead (design §5.9).
+        for (_, lone) in &st.active {
+            lone.forgive_completed_ahead(now.vnow);
+        }
         ps.lat_window.reset();
         (lat, trend, missed_at_min) = (period_lat.stat(), latency_floor::LatencyTrend::Clear, 0);
     } else if let Some(judged) = ps.lat_window.push(&period_lat, busy::aim(ctx.ppm_thr)) {
@@ -210,7 +214,6 @@ fn plan(dev: &DeviceShared, ps: &mut PlannerState) -> u64 {
         dev.start_period(st, now);
     } else {
         st.busy_level = 0;
-        st.vtime_err = 0;
         st.running = false;
     }
     dev.refresh_rate(st, now);

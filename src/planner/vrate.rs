@@ -28,10 +28,9 @@
 //! period alone (a host stall) does not take the 16 % step; it moves vrate as any busy
 //! window does.
 //!
-//! The *effective* vrate, at which vnow actually runs, adds a temporary compensation for
-//! budget the planner discarded (above-target budget of idle or donating volumes), so
-//! that discarding it does not lose work: the lost vtime is handed out again over the
-//! next period, within 0.5×..2× of the base rate.
+//! vnow runs at the base vrate. (Linux runs it at an *effective* rate that hands budget
+//! the planner discarded out again, within 0.5×..2× of the base; this daemon does not,
+//! design §5.8.)
 
 use crate::qos::device::{DeviceShared, DeviceState};
 use crate::vtime::cdiv;

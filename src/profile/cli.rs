@@ -5,7 +5,7 @@ use super::allocation::{allocated_bytes, check_allocated, create_filled, fill};
 use super::plan::{profile, Plan};
 use super::suggest::DEFAULT_PERCENTILE;
 use super::uring::UringTarget;
-use crate::config::ByteSize;
+use crate::size::ByteSize;
 use std::fs::OpenOptions;
 use std::io::{Seek, SeekFrom, Write};
 use std::os::unix::fs::OpenOptionsExt;

@@ -57,10 +57,8 @@ pub(crate) struct DeviceState {
     pub active: Vec<(NodeId, Arc<VolumeCore>)>,
     /// Planner-controlled vrate (vtime per µs). Budgets, margins and usage use it.
     pub vtime_base_rate: u64,
-    /// Effective rate = base + loss compensation (design §5.8); vnow runs at it.
+    /// The rate vnow runs at: the base rate, switched to at the next refresh (§5.8).
     pub vtime_rate: u64,
-    /// Discarded vtime awaiting compensation (negative = lost).
-    pub vtime_err: i64,
     /// The planner's verdict on saturation (design §5.6), published for the statistics.
     pub busy_level: i32,
     pub margins: Margins,
@@ -203,34 +201,19 @@ impl DeviceShared {
         self.margin_low.store(st.margins.low, Relaxed);
     }
 
-    /// Set the effective rate for the rest of the current period, compensating lost
-    /// vtime, and rebase vnow (device lock held; design §5.8). The planner calls it at the
-    /// end of every period, a runtime change of the bounds or the period at once.
+    /// Let vnow run at the base rate from `now` on, rebasing it so that it stays
+    /// continuous (device lock held). The planner calls it at the end of every period, a
+    /// runtime change of the bounds or the period at once.
+    ///
+    /// Deviation: Linux runs vnow at an *effective* rate that hands budget the planner
+    /// discarded out again, up to twice the base rate (design §5.8). That budget is mostly
+    /// that of readers going idle, and a faster vnow gives it to whoever is throttled, a
+    /// deep-queued writer, just as those readers return. Here vnow runs at the base rate
+    /// and the vrate search recovers capacity that is really spare.
     pub(crate) fn refresh_rate(&self, st: &mut DeviceState, now: Now) {
-        let (period_at_ns, _, _) = self.vclock.read();
-        let period_us = self.params().period_us as i64;
-        let base = st.vtime_base_rate as i64;
-        let pleft = (period_at_ns / 1000) as i64 + period_us - (now.now_ns / 1000) as i64;
-        let vperiod = period_us.saturating_mul(base);
-        let mut rate = base;
-        if pleft > 0 {
-            // Deviation: lost budget is not handed out again (the kernel lets vnow run up
-            // to twice as fast for it), design §5.8. It is mostly the budget of readers
-            // that went idle, and a faster vnow gives it to whoever is throttled, a
-            // deep-queued writer, just as those readers return. The vrate search recovers
-            // capacity really spare.
-            let vcomp_max = 0;
-            let vcomp = (-(st.vtime_err / pleft)).clamp(-(base >> 1), vcomp_max);
-            st.vtime_err = st.vtime_err.saturating_add(vcomp.saturating_mul(pleft));
-            rate = base + vcomp;
-        }
-        // Deviation: the kernel keeps the old effective rate when no period is running;
-        // using the base rate then is equivalent (nothing is throttled) and simpler.
-        st.vtime_err = st.vtime_err.clamp(-vperiod, vperiod);
-        let rate = rate.max(1) as u64;
+        let rate = st.vtime_base_rate.max(1);
         if rate != st.vtime_rate {
             st.vtime_rate = rate;
-            // Rebase at now so that vnow stays continuous across the rate change.
             let vnow = self.vclock.vnow_at(now.now_ns);
             self.vclock.set(now.now_ns, vnow, rate);
         }
@@ -276,7 +259,6 @@ impl QosDevice {
             active: Vec::new(),
             vtime_base_rate: rate,
             vtime_rate: rate,
-            vtime_err: 0,
             busy_level: 0,
             margins,
             last: PeriodRecord::default(),
@@ -368,10 +350,7 @@ impl QosDevice {
         ));
         st.tree.nodes[id].volume = Some(Arc::clone(&core));
         st.tree.volumes.push(id);
-        Ok(Arc::new(VolumeQos {
-            dev: Arc::clone(&self.shared),
-            core,
-        }))
+        Ok(Arc::new(VolumeQos::new(Arc::clone(&self.shared), core)))
     }
 
     /// Change the weight of a group or volume (design §4.5). Takes effect on the next
@@ -515,7 +494,6 @@ impl QosDevice {
         if params.enable && !was_enabled && st.running {
             // The planner did not run while disabled: start a fresh period now rather
             // than judging the whole disabled time as one period.
-            st.vtime_err = 0;
             self.shared.start_period(st, now);
         }
         self.shared.refresh_rate(st, now);
@@ -608,13 +586,7 @@ impl QosDevice {
         };
         let volumes = volumes
             .into_iter()
-            .map(|core| {
-                VolumeQos {
-                    dev: Arc::clone(&self.shared),
-                    core,
-                }
-                .stats()
-            })
+            .map(|core| VolumeQos::new(Arc::clone(&self.shared), core).stats())
             .collect();
         let params = self.shared.params();
         DeviceStats {

@@ -69,6 +69,7 @@
 //! * A volume active alone, with no neighbour for a second, is not throttled
 //!   ([`device`]: `DeviceShared::alone`).
 
+pub(crate) mod caps;
 pub(crate) mod clock;
 pub(crate) mod config;
 pub(crate) mod device;
@@ -83,6 +84,7 @@ pub(crate) mod volume;
 pub(crate) mod weights;
 
 pub use crate::cost_model::{CostModel, IoKind};
+pub use caps::{CapMeter, CapsConfig};
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use config::QosConfig;
 pub use device::{NodeInfo, QosDevice};

@@ -34,6 +34,8 @@ pub struct VolumeStats {
     pub wait_us: u64,
     /// Requests that had to wait at least once (FIFO heads seen by the core).
     pub throttled: u64,
+    /// Times a cap held the FIFO head back.
+    pub capped: u64,
     /// Reads and writes that met the latency target (device latency minus transfer time).
     pub lat_met: u64,
     /// Reads and writes that missed it.
@@ -57,7 +59,7 @@ pub struct PeriodRecord {
     pub vrate_before_ppm: u64,
     /// Base vrate after the adjustment, ppm of 100 %.
     pub vrate_after_ppm: u64,
-    /// Effective vrate for the next period (base + lost-budget compensation), ppm.
+    /// The rate vnow runs at for the next period, ppm: the base vrate (design §5.8).
     pub vrate_effective_ppm: u64,
     /// busy_level after the update.
     pub busy_level: i32,

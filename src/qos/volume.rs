@@ -28,6 +28,7 @@ use crate::vtime::{
     WEIGHT_ONE,
 };
 
+use super::caps::{CapMeter, CapsConfig};
 use super::device::DeviceShared;
 use super::histogram::LatencyWindows;
 use super::request::{Charge, Decision, IoRequest, Timing};
@@ -62,6 +63,8 @@ pub(crate) const LAT_SQ_CAP_US: u64 = 1 << 24;
 #[derive(Debug, Default)]
 pub(crate) struct IoCounters {
     pub throttled: AtomicU64,
+    /// Admissions refused by a cap (each makes the caller wait and ask again).
+    pub capped: AtomicU64,
     pub wait_ns: AtomicU64,
     pub lat_met: AtomicU64,
     pub lat_missed: AtomicU64,
@@ -208,9 +211,39 @@ impl VolumeCore {
 pub struct VolumeQos {
     pub(crate) dev: Arc<DeviceShared>,
     pub(crate) core: Arc<VolumeCore>,
+    /// The volume's caps (design §12), checked before its budget. The flag spares
+    /// uncapped volumes the lock.
+    caps: Mutex<Option<CapMeter>>,
+    has_caps: AtomicBool,
 }
 
 impl VolumeQos {
+    pub(crate) fn new(dev: Arc<DeviceShared>, core: Arc<VolumeCore>) -> Self {
+        VolumeQos {
+            dev,
+            core,
+            caps: Mutex::new(None),
+            has_caps: AtomicBool::new(false),
+        }
+    }
+
+    /// Replace the volume's caps (None or an empty config: uncapped). The buckets start
+    /// empty, as QEMU's do after a change, which grants a fresh burst.
+    pub fn set_caps(&self, caps: Option<&CapsConfig>) {
+        let meter = caps
+            .filter(|c| c.is_set())
+            .map(|c| CapMeter::new(c, self.dev.clock.now_ns()));
+        let mut guard = self.caps.lock().unwrap_or_else(|e| e.into_inner());
+        self.has_caps.store(meter.is_some(), Release);
+        *guard = meter;
+    }
+
+    /// When a cap lets `io` go: None now, else the time to offer it again.
+    fn cap_wait(&self, io: &IoRequest, now_ns: u64) -> Option<u64> {
+        let mut caps = self.caps.lock().unwrap_or_else(|e| e.into_inner());
+        caps.as_mut()?.wait_until(io.kind, now_ns)
+    }
+
     /// The volume's name.
     pub fn name(&self) -> &str {
         &self.core.name
@@ -232,6 +265,15 @@ impl VolumeQos {
     pub fn admit_at(&self, io: &IoRequest, now_ns: u64) -> Decision {
         let dev = &*self.dev;
         let v = &*self.core;
+        // Caps act first and charge nothing while they hold a request back: a capped
+        // volume does not spend budget on work it cannot send, so its share shows as
+        // surplus and is donated (design §12). They apply with QoS disabled too.
+        if self.has_caps.load(Acquire) {
+            if let Some(until_ns) = self.cap_wait(io, now_ns) {
+                v.io.capped.fetch_add(1, Relaxed);
+                return Decision::Wait { until_ns };
+            }
+        }
         let cursor = v.cursor.load(Relaxed);
         let input = CostInput {
             kind: io.kind,
@@ -400,6 +442,7 @@ impl VolumeQos {
             usage_us: v.usage_us.load(Relaxed),
             wait_us: v.wait_ns_total(dev.clock.now_ns()) / 1000,
             throttled: v.io.throttled.load(Relaxed),
+            capped: v.io.capped.load(Relaxed),
             lat_met: v.io.lat_met.load(Relaxed),
             lat_missed: v.io.lat_missed.load(Relaxed),
             lat_p50_us_period: p50p,
@@ -412,6 +455,12 @@ impl VolumeQos {
     /// Commit and count an admitted request of absolute cost `abs`: `cost` advances the
     /// local vtime, `usage` counts as device time used.
     fn go(&self, io: &IoRequest, abs: u64, usage: u64, cost: u64, now_ns: u64) -> Decision {
+        if self.has_caps.load(Relaxed) {
+            let mut caps = self.caps.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(meter) = caps.as_mut() {
+                meter.account(io.kind, io.len);
+            }
+        }
         let v = &*self.core;
         if cost != 0 {
             v.vtime.fetch_add(cost, Relaxed);

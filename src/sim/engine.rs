@@ -113,6 +113,7 @@ pub fn run(sc: &Scenario) -> Result<SimResult, Error> {
         let h = qos
             .add_volume(&v.name, v.group.as_deref(), v.weight)
             .map_err(|e| Error::Invalid(format!("volume {:?}: {e}", v.name)))?;
+        h.set_caps(v.caps.as_ref());
         vols.push(h);
     }
     let wls = sc
@@ -298,7 +299,9 @@ impl Sim {
                     return;
                 }
                 Next::NoSlot => {
-                    // Woken when a request completes, as a worker is by its wake eventfd.
+                    // Woken when a request completes, as a worker is by its wake eventfd
+                    // (the daemon wakes every waiting worker and the first to run takes the
+                    // slot; here waiting volumes take freed slots in the order they asked).
                     if !self.disk.slot_waiters.contains(&v) {
                         self.disk.slot_waiters.push_back(v);
                     }

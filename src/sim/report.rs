@@ -39,7 +39,7 @@ pub struct TracePoint {
     pub at_ns: u64,
     /// Base vrate after the period, ppm.
     pub vrate_ppm: u64,
-    /// Effective vrate (with lost-budget compensation), ppm.
+    /// The rate vnow ran at, ppm (the base vrate, design §5.8).
     pub vrate_effective_ppm: u64,
     /// busy_level after the period.
     pub busy_level: i32,

@@ -74,7 +74,7 @@ impl Serialize for SimDuration {
 }
 
 /// A size field: `"4k"`, `"128k"`, `"1m"`, `"1GiB"` (binary units) or an integer in bytes.
-pub use crate::config::ByteSize as Size;
+pub use crate::size::ByteSize as Size;
 
 /// The whole scenario file.
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -183,6 +183,9 @@ pub struct VolumeSection {
     /// Volume size, for random offsets.
     #[serde(default = "default_volume_size")]
     pub size: Size,
+    /// Hard limits, as `[[volume]] caps` of the daemon's config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caps: Option<crate::qos::CapsConfig>,
 }
 
 fn default_volume_size() -> Size {
@@ -300,6 +303,11 @@ impl Scenario {
                 "disk.speed: must be a positive number (got {})",
                 self.disk.speed
             ));
+        }
+        for (i, v) in self.volumes.iter().enumerate() {
+            if let Some(caps) = &v.caps {
+                caps.validate().map_err(|e| format!("volume[{i}].{e}"))?;
+            }
         }
         let mut total = 0u64;
         for (i, w) in self.workloads.iter().enumerate() {

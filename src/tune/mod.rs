@@ -17,10 +17,10 @@
 //! `profile` unless the suggested `min` is above every vrate that protected, and then
 //! says so and suggests that vrate.
 
-use crate::config::ByteSize;
 use crate::loadgen::{self, Pattern, TenantResult, TenantSpec};
 use crate::profile::suggest::{READER_KEEPS, WRITER_KEEPS};
 use crate::qos::QosConfig;
+use crate::size::ByteSize;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -180,7 +180,11 @@ fn stacking_under_steady_contention_the_writer_is_steady_and_the_target_holds() 
         let device = &control_get(&d, "/v1/stats")["device"];
         let periods = device["contended_periods"].as_u64().unwrap();
         let missed = device["contended_periods_missed"].as_u64().unwrap();
-        (1.0 - missed as f64 / periods.max(1) as f64, results)
+        assert!(periods > 0, "no contended period was judged");
+        for r in &results {
+            assert_eq!(r.errors, 0, "{r:?}");
+        }
+        (1.0 - missed as f64 / periods as f64, results)
     };
     measure("stacking", || {
         let (alone, _) = run(false);

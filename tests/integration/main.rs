@@ -2,6 +2,7 @@
 //! (the `blkio` crate, and a raw in-process frontend for requests blkio will not send).
 
 mod bench;
+mod caps;
 mod client;
 mod control;
 mod daemon;

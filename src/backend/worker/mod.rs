@@ -230,7 +230,11 @@ impl<A: Admission> Worker<A> {
         if self.timer_deadline.arm(deadline_ns) {
             // A zero duration would disarm the timer: wait at least a microsecond.
             let wait = Duration::from_nanos(deadline_ns.saturating_sub(now).max(1_000));
-            self.timer.reset(wait, None)?;
+            if let Err(e) = self.timer.reset(wait, None) {
+                // Not armed: the next wait must try again.
+                self.timer_deadline.fired();
+                return Err(e.into());
+            }
         }
         Ok(())
     }

@@ -1,0 +1,387 @@
+//! Caps: hard upper limits on a volume's IOPS and bandwidth, with QEMU's throttling
+//! semantics (`util/throttle.c`), so that an operator moving a disk from a QEMU throttle
+//! group gets the same limits (design §12).
+//!
+//! Six leaky buckets: bytes and operations, each for all requests, reads and writes. A
+//! bucket's level grows by what is admitted and leaks at `avg` per second. A request may
+//! go while the level is at most the bucket's size, checked *before* the request is
+//! added, so a level overshoots by at most one request, which later requests repay by
+//! waiting. The size is a tenth of a second at `avg` when no burst is set, else
+//! `max · max_length`; a burst longer than a second is itself paced at `max` by a second
+//! level. Nothing is split and nothing gets stuck: a request larger than the whole bucket
+//! goes when the bucket is empty and the next one waits for it to drain.
+//!
+//! Reads and writes count; WRITE_ZEROES counts as a write of its length; FLUSH and
+//! DISCARD are not capped (QEMU does not throttle them either). With `iops_size`, a
+//! request larger than it counts as `len / iops_size` operations.
+
+use serde::{Deserialize, Serialize};
+
+use crate::cost_model::IoKind;
+use crate::size::ByteSize;
+
+/// The largest value QEMU accepts for any limit.
+const MAX_LIMIT: u64 = 1_000_000_000_000_000;
+
+/// `caps = { ... }` of a volume: 0 or absent = no limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CapsConfig {
+    /// Operations per second, reads and writes together.
+    #[serde(default)]
+    pub iops: u64,
+    #[serde(default)]
+    pub read_iops: u64,
+    #[serde(default)]
+    pub write_iops: u64,
+    /// Bytes per second, reads and writes together.
+    #[serde(default)]
+    pub bps: ByteSize,
+    #[serde(default)]
+    pub read_bps: ByteSize,
+    #[serde(default)]
+    pub write_bps: ByteSize,
+    /// Burst rates: while the burst lasts, up to this many operations (bytes) per second
+    /// go, for `burst_seconds`; then the plain rate. Each applies to every IOPS (byte)
+    /// limit that is set.
+    #[serde(default)]
+    pub burst_iops: u64,
+    #[serde(default)]
+    pub burst_bps: ByteSize,
+    /// How long a full burst lasts, seconds (default 1).
+    #[serde(default)]
+    pub burst_seconds: Option<u64>,
+    /// Requests larger than this count as several operations (QEMU's `iops-size`).
+    #[serde(default)]
+    pub iops_size: ByteSize,
+}
+
+impl CapsConfig {
+    pub fn is_set(&self) -> bool {
+        self.iops | self.read_iops | self.write_iops != 0
+            || self.bps.0 | self.read_bps.0 | self.write_bps.0 != 0
+    }
+
+    /// QEMU's rules (`throttle_is_valid`); the error names the key under `caps`.
+    pub fn validate(&self) -> Result<(), String> {
+        let (iops, bps) = (
+            [self.iops, self.read_iops, self.write_iops],
+            [self.bps.0, self.read_bps.0, self.write_bps.0],
+        );
+        for (name, v) in [
+            ("iops", self.iops),
+            ("read_iops", self.read_iops),
+            ("write_iops", self.write_iops),
+            ("bps", self.bps.0),
+            ("read_bps", self.read_bps.0),
+            ("write_bps", self.write_bps.0),
+            ("burst_iops", self.burst_iops),
+            ("burst_bps", self.burst_bps.0),
+            ("iops_size", self.iops_size.0),
+        ] {
+            if v > MAX_LIMIT {
+                return Err(format!("caps.{name}: must be at most 1e15 (got {v})"));
+            }
+        }
+        if iops[0] != 0 && iops[1] | iops[2] != 0 {
+            return Err("caps.iops: give either iops or read_iops/write_iops, not both".into());
+        }
+        if bps[0] != 0 && bps[1] | bps[2] != 0 {
+            return Err("caps.bps: give either bps or read_bps/write_bps, not both".into());
+        }
+        let burst = |name: &str, max: u64, limits: [u64; 3]| -> Result<(), String> {
+            let set: Vec<u64> = limits.into_iter().filter(|&l| l != 0).collect();
+            if max != 0 && set.is_empty() {
+                return Err(format!("caps.{name}: a burst needs a rate to burst above"));
+            }
+            if let Some(l) = set.iter().find(|&&l| max != 0 && max < l) {
+                return Err(format!(
+                    "caps.{name}: must be at least the rate it bursts above (got {max} < {l})"
+                ));
+            }
+            Ok(())
+        };
+        burst("burst_iops", self.burst_iops, iops)?;
+        burst("burst_bps", self.burst_bps.0, bps)?;
+        match self.burst_seconds {
+            Some(0) => return Err("caps.burst_seconds: must be at least 1".into()),
+            Some(s) if s > 1 && self.burst_iops == 0 && self.burst_bps.0 == 0 => {
+                return Err("caps.burst_seconds: needs burst_iops or burst_bps".into())
+            }
+            Some(s) if s > 86_400 => {
+                return Err(format!(
+                    "caps.burst_seconds: must be at most a day (got {s})"
+                ))
+            }
+            _ => {}
+        }
+        if self.iops_size.0 != 0 && iops.iter().all(|&l| l == 0) {
+            return Err("caps.iops_size: needs an IOPS limit".into());
+        }
+        Ok(())
+    }
+}
+
+/// One leaky bucket (QEMU's `LeakyBucket`).
+#[derive(Clone, Copy, Debug, Default)]
+struct Bucket {
+    /// Units per second; 0 = off.
+    avg: f64,
+    /// Burst rate; 0 = no burst beyond the implicit tenth of a second.
+    max: f64,
+    /// Seconds a full burst lasts.
+    burst_length: f64,
+    level: f64,
+    burst_level: f64,
+}
+
+impl Bucket {
+    fn new(avg: u64, max: u64, burst_length: u64) -> Self {
+        Bucket {
+            avg: avg as f64,
+            max: if avg == 0 { 0.0 } else { max as f64 },
+            burst_length: burst_length as f64,
+            level: 0.0,
+            burst_level: 0.0,
+        }
+    }
+
+    fn leak(&mut self, seconds: f64) {
+        if self.avg == 0.0 {
+            return;
+        }
+        self.level = (self.level - self.avg * seconds).max(0.0);
+        if self.burst_length > 1.0 {
+            self.burst_level = (self.burst_level - self.max * seconds).max(0.0);
+        }
+    }
+
+    /// Seconds until a request may go (0 = now).
+    fn wait(&self) -> f64 {
+        if self.avg == 0.0 {
+            return 0.0;
+        }
+        let size = if self.max == 0.0 {
+            self.avg / 10.0
+        } else {
+            self.max * self.burst_length
+        };
+        if self.level > size {
+            return (self.level - size) / self.avg;
+        }
+        if self.burst_length > 1.0 {
+            let extra = self.burst_level - self.max / 10.0;
+            if extra > 0.0 {
+                return extra / self.max;
+            }
+        }
+        0.0
+    }
+
+    fn account(&mut self, units: f64) {
+        if self.avg == 0.0 {
+            return;
+        }
+        self.level += units;
+        if self.burst_length > 1.0 {
+            self.burst_level += units;
+        }
+    }
+}
+
+/// Buckets, in order.
+const BPS_TOTAL: usize = 0;
+const BPS_READ: usize = 1;
+const BPS_WRITE: usize = 2;
+const OPS_TOTAL: usize = 3;
+const OPS_READ: usize = 4;
+const OPS_WRITE: usize = 5;
+
+/// The cap meter of one volume. Not thread-safe: one volume's requests are admitted by
+/// one thread at a time.
+#[derive(Clone, Debug)]
+pub struct CapMeter {
+    buckets: [Bucket; 6],
+    op_size: f64,
+    last_leak_ns: u64,
+}
+
+impl CapMeter {
+    /// A meter for `cfg` (already validated) with empty buckets, as QEMU starts one.
+    pub fn new(cfg: &CapsConfig, now_ns: u64) -> Self {
+        let length = cfg.burst_seconds.unwrap_or(1);
+        let (bmax, omax) = (cfg.burst_bps.0, cfg.burst_iops);
+        let mut buckets = [Bucket::default(); 6];
+        buckets[BPS_TOTAL] = Bucket::new(cfg.bps.0, bmax, length);
+        buckets[BPS_READ] = Bucket::new(cfg.read_bps.0, bmax, length);
+        buckets[BPS_WRITE] = Bucket::new(cfg.write_bps.0, bmax, length);
+        buckets[OPS_TOTAL] = Bucket::new(cfg.iops, omax, length);
+        buckets[OPS_READ] = Bucket::new(cfg.read_iops, omax, length);
+        buckets[OPS_WRITE] = Bucket::new(cfg.write_iops, omax, length);
+        CapMeter {
+            buckets,
+            op_size: cfg.iops_size.0 as f64,
+            last_leak_ns: now_ns,
+        }
+    }
+
+    /// The buckets a request of `kind` counts in, or None when caps do not apply to it.
+    fn buckets_of(kind: IoKind) -> Option<[usize; 4]> {
+        match kind {
+            IoKind::Read => Some([BPS_TOTAL, BPS_READ, OPS_TOTAL, OPS_READ]),
+            IoKind::Write | IoKind::WriteZeroes => {
+                Some([BPS_TOTAL, BPS_WRITE, OPS_TOTAL, OPS_WRITE])
+            }
+            IoKind::Flush | IoKind::Discard => None,
+        }
+    }
+
+    fn leak(&mut self, now_ns: u64) {
+        let seconds = now_ns.saturating_sub(self.last_leak_ns) as f64 / 1e9;
+        self.last_leak_ns = self.last_leak_ns.max(now_ns);
+        for b in &mut self.buckets {
+            b.leak(seconds);
+        }
+    }
+
+    /// When a request of `kind` may go: `None` now, else the time (ns) to ask again.
+    pub fn wait_until(&mut self, kind: IoKind, now_ns: u64) -> Option<u64> {
+        let buckets = Self::buckets_of(kind)?;
+        self.leak(now_ns);
+        let wait = buckets
+            .iter()
+            .map(|&b| self.buckets[b].wait())
+            .fold(0.0, f64::max);
+        // Round up to whole ns: asking again at the returned time must succeed.
+        (wait > 0.0).then(|| now_ns.saturating_add((wait * 1e9).ceil().max(1.0) as u64))
+    }
+
+    /// Count an admitted request of `kind` and `len` bytes.
+    pub fn account(&mut self, kind: IoKind, len: u64) {
+        let Some(buckets) = Self::buckets_of(kind) else {
+            return;
+        };
+        let bytes = len as f64;
+        let ops = if self.op_size > 0.0 && bytes > self.op_size {
+            bytes / self.op_size
+        } else {
+            1.0
+        };
+        for (i, &b) in buckets.iter().enumerate() {
+            self.buckets[b].account(if i < 2 { bytes } else { ops });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEC: u64 = 1_000_000_000;
+
+    fn caps(toml_text: &str) -> CapsConfig {
+        let c: CapsConfig = toml::from_str(toml_text).unwrap();
+        c.validate().unwrap();
+        c
+    }
+
+    /// A backlogged issuer: `len`-byte requests of `kind` sent as soon as the meter
+    /// allows, for `seconds`; returns the requests admitted in each second.
+    fn backlogged(cfg: &CapsConfig, kind: IoKind, len: u64, seconds: u64) -> Vec<u64> {
+        let mut m = CapMeter::new(cfg, 0);
+        let mut per_second = vec![0; seconds as usize];
+        let mut now = 0;
+        while now < seconds * SEC {
+            match m.wait_until(kind, now) {
+                None => {
+                    m.account(kind, len);
+                    per_second[(now / SEC) as usize] += 1;
+                }
+                Some(t) => {
+                    assert!(t > now, "a wait must move time forward");
+                    now = t;
+                }
+            }
+        }
+        per_second
+    }
+
+    #[test]
+    fn an_iops_cap_holds_every_second_within_one_request() {
+        let per_second = backlogged(&caps("iops = 2000"), IoKind::Read, 4096, 10);
+        // The first second also holds the initial tenth-of-a-second burst.
+        assert!((2000..=2201).contains(&per_second[0]), "{per_second:?}");
+        for &n in &per_second[1..] {
+            assert!((1999..=2001).contains(&n), "{per_second:?}");
+        }
+    }
+
+    #[test]
+    fn a_byte_cap_counts_bytes_and_the_other_direction_is_free() {
+        let cfg = caps("write_bps = \"1MiB\"");
+        let per_second = backlogged(&cfg, IoKind::Write, 64 << 10, 5);
+        for &n in &per_second[1..] {
+            assert!((15..=17).contains(&n), "{per_second:?}");
+        }
+        let mut m = CapMeter::new(&cfg, 0);
+        for _ in 0..1000 {
+            assert_eq!(m.wait_until(IoKind::Read, 0), None);
+            m.account(IoKind::Read, 1 << 20);
+        }
+        assert_eq!(m.wait_until(IoKind::Flush, 0), None);
+    }
+
+    /// QEMU's example: 100 IOPS bursting to 2000 for 60 s is a 120 000-operation bucket:
+    /// about 63 s at 2000 IOPS, then 100.
+    #[test]
+    fn a_long_burst_runs_at_its_rate_then_falls_to_the_cap() {
+        let cfg = caps("iops = 100\nburst_iops = 2000\nburst_seconds = 60");
+        let per_second = backlogged(&cfg, IoKind::Read, 4096, 70);
+        for &n in &per_second[1..60] {
+            assert!((1999..=2001).contains(&n), "{per_second:?}");
+        }
+        for &n in &per_second[66..] {
+            assert!((99..=101).contains(&n), "{per_second:?}");
+        }
+    }
+
+    /// A cap below one request: it goes, and the next one waits for it to drain.
+    #[test]
+    fn a_request_larger_than_the_cap_goes_and_the_next_waits_for_it() {
+        let mut m = CapMeter::new(&caps("bps = \"64KiB\""), 0);
+        assert_eq!(m.wait_until(IoKind::Read, 0), None);
+        m.account(IoKind::Read, 1 << 20);
+        let t = m.wait_until(IoKind::Read, 0).unwrap();
+        // (1 MiB − 6.4 KiB) at 64 KiB/s.
+        let want = ((1 << 20) as f64 - 6553.6) / 65536.0;
+        assert!((t as f64 / 1e9 - want).abs() < 1e-6, "{t}");
+        assert_eq!(m.wait_until(IoKind::Read, t), None);
+    }
+
+    #[test]
+    fn large_requests_count_as_several_operations_with_iops_size() {
+        let cfg = caps("iops = 100\niops_size = \"4KiB\"");
+        let per_second = backlogged(&cfg, IoKind::Read, 16 << 10, 5);
+        for &n in &per_second[1..] {
+            assert!((24..=26).contains(&n), "{per_second:?}");
+        }
+    }
+
+    #[test]
+    fn invalid_caps_are_refused_naming_the_key() {
+        let err = |t: &str| {
+            toml::from_str::<CapsConfig>(t)
+                .unwrap()
+                .validate()
+                .unwrap_err()
+        };
+        assert!(err("iops = 10\nread_iops = 5").starts_with("caps.iops"));
+        assert!(err("bps = 10\nwrite_bps = 5").starts_with("caps.bps"));
+        assert!(err("burst_iops = 10").starts_with("caps.burst_iops"));
+        assert!(err("iops = 100\nburst_iops = 10").starts_with("caps.burst_iops"));
+        assert!(err("iops = 100\nburst_seconds = 0").starts_with("caps.burst_seconds"));
+        assert!(err("iops = 100\nburst_seconds = 5").starts_with("caps.burst_seconds"));
+        assert!(err("bps = 100\niops_size = 4096").starts_with("caps.iops_size"));
+        assert!(toml::from_str::<CapsConfig>("iosp = 1").is_err());
+    }
+}
