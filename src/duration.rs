@@ -60,29 +60,31 @@ impl Serialize for DurationUs {
 
 impl<'de> Deserialize<'de> for DurationUs {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = DurationUs;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(
-                    "a duration such as \"250us\", \"1ms\", \"2s\" or an integer number of µs",
-                )
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<DurationUs, E> {
-                Ok(DurationUs(v))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<DurationUs, E> {
-                u64::try_from(v)
-                    .map(DurationUs)
-                    .map_err(|_| E::custom("duration must not be negative"))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<DurationUs, E> {
-                let ns = parse_duration_ns(v).map_err(E::custom)?;
-                Ok(DurationUs(ns / 1_000))
-            }
-        }
-        d.deserialize_any(V)
+        deserialize_ns(d).map(|ns| DurationUs(ns / 1_000))
     }
+}
+
+/// A duration written as text (`"250us"`) or as an integer number of µs, in ns.
+pub(crate) fn deserialize_ns<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    struct V;
+    impl Visitor<'_> for V {
+        type Value = u64;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a duration such as \"250us\", \"1ms\", \"2s\" or an integer number of µs")
+        }
+        fn visit_u64<E: de::Error>(self, us: u64) -> Result<u64, E> {
+            Ok(us.saturating_mul(1_000))
+        }
+        fn visit_i64<E: de::Error>(self, us: i64) -> Result<u64, E> {
+            u64::try_from(us)
+                .map(|us| us.saturating_mul(1_000))
+                .map_err(|_| E::custom("duration must not be negative"))
+        }
+        fn visit_str<E: de::Error>(self, text: &str) -> Result<u64, E> {
+            parse_duration_ns(text).map_err(E::custom)
+        }
+    }
+    d.deserialize_any(V)
 }
 
 /// [`parse_duration_ns`] as a [`Duration`].

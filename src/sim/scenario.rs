@@ -43,7 +43,6 @@
 use serde::{Deserialize, Serialize};
 
 use crate::cost_model::ModelConfig;
-use crate::duration::parse_duration_ns;
 use crate::qos::QosConfig;
 
 /// A duration field: `"250us"`, `"1.5ms"`, `"2s"` or an integer µs. Stored in ns.
@@ -52,18 +51,7 @@ pub struct SimDuration(pub u64);
 
 impl<'de> Deserialize<'de> for SimDuration {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Int(u64),
-            Text(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::Int(us) => Ok(SimDuration(us.saturating_mul(1000))),
-            Raw::Text(s) => parse_duration_ns(&s)
-                .map(SimDuration)
-                .map_err(serde::de::Error::custom),
-        }
+        crate::duration::deserialize_ns(d).map(SimDuration)
     }
 }
 
