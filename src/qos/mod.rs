@@ -67,7 +67,11 @@
 //!   once in a busy window; only rises keep the slow start (`planner::busy`,
 //!   `planner::vrate`). Other controller deviations are commented where they are made.
 //! * A volume active alone, with no neighbour for a second, is not throttled
-//!   ([`device`]: `DeviceShared::alone`).
+//!   ([`device`]: `DeviceShared::alone`); it is charged, and owes only its queue when a
+//!   neighbour arrives (design §5.9).
+//! * vnow runs at the base vrate: budget the planner discards is not handed out again
+//!   (design §5.8).
+//! * Caps ([`caps`], design §12) are checked before the vtime decision.
 
 pub(crate) mod caps;
 pub(crate) mod clock;
