@@ -113,6 +113,9 @@ pub struct Options {
     pub event_idx: bool,
     /// Share memory with ADD_MEM_REG (CONFIGURE_MEM_SLOTS) instead of SET_MEM_TABLE.
     pub add_mem_region: bool,
+    /// Guest RAM as two regions, each its own memfd, meeting at [`SPLIT_AT`] (as RAM
+    /// around a hole or hot-plugged memory is), instead of one.
+    pub split_memory: bool,
 }
 
 impl Default for Options {
@@ -122,6 +125,7 @@ impl Default for Options {
             queue_size: 256,
             event_idx: false,
             add_mem_region: false,
+            split_memory: false,
         }
     }
 }
@@ -183,14 +187,18 @@ impl RawFrontend {
             "the device has {max_queues} queues"
         );
 
-        let mem = guest_memory();
-        let region = mem.find_region(GuestAddress(GUEST_BASE)).unwrap();
-        let info = VhostUserMemoryRegionInfo::from_guest_region(region).unwrap();
+        let mem = guest_memory(opts.split_memory);
+        let infos: Vec<_> = mem
+            .iter()
+            .map(|region| VhostUserMemoryRegionInfo::from_guest_region(region).unwrap())
+            .collect();
         if opts.add_mem_region {
-            assert!(frontend.get_max_mem_slots().unwrap() >= 1);
-            frontend.add_mem_region(&info).unwrap();
+            assert!(frontend.get_max_mem_slots().unwrap() >= infos.len() as u64);
+            for info in &infos {
+                frontend.add_mem_region(info).unwrap();
+            }
         } else {
-            frontend.set_mem_table(&[info]).unwrap();
+            frontend.set_mem_table(&infos).unwrap();
         }
 
         let mut f = RawFrontend {
@@ -589,17 +597,31 @@ pub fn range_segment(sector: u64, num_sectors: u32, flags: u32) -> [u8; 16] {
 }
 
 /// One guest RAM region at `GUEST_BASE`, backed by a memfd the daemon can map.
-fn guest_memory() -> GuestMemoryMmap<()> {
-    // SAFETY: memfd_create with a NUL-terminated name; the fd is checked, then owned by File.
-    let fd = unsafe { libc::memfd_create(c"raw-frontend-guest".as_ptr(), libc::MFD_CLOEXEC) };
-    assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
-    // SAFETY: `fd` is a fresh descriptor nothing else owns.
-    let file = unsafe { std::fs::File::from_raw_fd(fd) };
-    file.set_len(GUEST_SIZE).unwrap();
-    GuestMemoryMmap::from_ranges_with_files(&[(
-        GuestAddress(GUEST_BASE),
-        GUEST_SIZE as usize,
-        Some(FileOffset::new(file, 0)),
-    )])
-    .unwrap()
+/// Where the two regions of split guest memory meet.
+pub const SPLIT_AT: u64 = GUEST_BASE + GUEST_SIZE / 2;
+
+fn guest_memory(split: bool) -> GuestMemoryMmap<()> {
+    let memfd = |len: u64| {
+        // SAFETY: memfd_create with a NUL-terminated name; the fd is checked, then owned.
+        let fd = unsafe { libc::memfd_create(c"raw-frontend-guest".as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
+        // SAFETY: `fd` is a fresh descriptor nothing else owns.
+        let file = unsafe { std::fs::File::from_raw_fd(fd) };
+        file.set_len(len).unwrap();
+        Some(FileOffset::new(file, 0))
+    };
+    let ranges = if split {
+        let half = (SPLIT_AT - GUEST_BASE) as usize;
+        vec![
+            (GuestAddress(GUEST_BASE), half, memfd(half as u64)),
+            (GuestAddress(SPLIT_AT), half, memfd(half as u64)),
+        ]
+    } else {
+        vec![(
+            GuestAddress(GUEST_BASE),
+            GUEST_SIZE as usize,
+            memfd(GUEST_SIZE),
+        )]
+    };
+    GuestMemoryMmap::from_ranges_with_files(&ranges).unwrap()
 }

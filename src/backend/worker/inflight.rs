@@ -202,19 +202,29 @@ impl<A: Admission> Worker<A> {
         let disk = &self.volume.shared.disk;
         let not_ram = |addr: u64| format!("guest buffer {addr:#x} is not guest RAM");
         let mut aligned = true;
+        let mut push = |iovecs: &mut Vec<libc::iovec>, base: *mut u8, len: usize| {
+            aligned &= (base as u64) % disk.mem_align == 0 && (len as u64) % disk.mem_align == 0;
+            iovecs.push(libc::iovec {
+                iov_base: base.cast(),
+                iov_len: len,
+            });
+        };
         for seg in data {
-            for slice in record
-                .mem
-                .get_slices(GuestAddress(seg.addr), seg.len as usize)
-            {
+            let (addr, len) = (GuestAddress(seg.addr), seg.len as usize);
+            // A segment almost always lies in one region: one lookup. The slice iterator
+            // for segments across regions is not always inlined, and then cost the null
+            // path 8 % at QD32.
+            if let Ok(slice) = record.mem.get_slice(addr, len) {
+                push(&mut record.iovecs, slice.ptr_guard_mut().as_ptr(), len);
+                continue;
+            }
+            for slice in record.mem.get_slices(addr, len) {
                 let slice = slice.map_err(|_| not_ram(seg.addr))?;
-                let base = slice.ptr_guard_mut().as_ptr();
-                aligned &= (base as u64) % disk.mem_align == 0
-                    && (slice.len() as u64) % disk.mem_align == 0;
-                record.iovecs.push(libc::iovec {
-                    iov_base: base.cast(),
-                    iov_len: slice.len(),
-                });
+                push(
+                    &mut record.iovecs,
+                    slice.ptr_guard_mut().as_ptr(),
+                    slice.len(),
+                );
             }
         }
         if (disk.direct && !aligned) || record.iovecs.len() > IOV_MAX {
