@@ -222,7 +222,7 @@ fn plan(dev: &DeviceShared, ps: &mut PlannerState) -> u64 {
         at_ns: now.now_ns,
         vrate_before_ppm: rate_to_ppm(vrate_before),
         vrate_after_ppm: rate_to_ppm(st.vtime_base_rate),
-        vrate_effective_ppm: rate_to_ppm(st.vtime_rate),
+        vrate_effective_ppm: rate_to_ppm(dev.vclock.read().2),
         busy_level: st.busy_level,
         missed_ppm: lat.missed_ppm,
         rq_wait_pct: lat.rq_wait_pct,

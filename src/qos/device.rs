@@ -57,8 +57,6 @@ pub(crate) struct DeviceState {
     pub active: Vec<(NodeId, Arc<VolumeCore>)>,
     /// Planner-controlled vrate (vtime per µs). Budgets, margins and usage use it.
     pub vtime_base_rate: u64,
-    /// The rate vnow runs at: the base rate, switched to at the next refresh (§5.8).
-    pub vtime_rate: u64,
     /// The planner's verdict on saturation (design §5.6), published for the statistics.
     pub busy_level: i32,
     pub margins: Margins,
@@ -159,7 +157,8 @@ impl DeviceShared {
 
     /// Start a planning period at `now`.
     pub(crate) fn start_period(&self, st: &mut DeviceState, now: Now) {
-        self.vclock.set(now.now_ns, now.vnow, st.vtime_rate);
+        self.vclock
+            .set(now.now_ns, now.vnow, st.vtime_base_rate.max(1));
     }
 
     /// The current parameters and model (one acquire load).
@@ -210,10 +209,10 @@ impl DeviceShared {
     /// that of readers going idle, and a faster vnow gives it to whoever is throttled, a
     /// deep-queued writer, just as those readers return. Here vnow runs at the base rate
     /// and the vrate search recovers capacity that is really spare.
-    pub(crate) fn refresh_rate(&self, st: &mut DeviceState, now: Now) {
+    pub(crate) fn refresh_rate(&self, st: &DeviceState, now: Now) {
         let rate = st.vtime_base_rate.max(1);
-        if rate != st.vtime_rate {
-            st.vtime_rate = rate;
+        let (_, _, running_at) = self.vclock.read();
+        if rate != running_at {
             let vnow = self.vclock.vnow_at(now.now_ns);
             self.vclock.set(now.now_ns, vnow, rate);
         }
@@ -258,7 +257,6 @@ impl QosDevice {
             running: false,
             active: Vec::new(),
             vtime_base_rate: rate,
-            vtime_rate: rate,
             busy_level: 0,
             margins,
             last: PeriodRecord::default(),

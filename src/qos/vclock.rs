@@ -1,6 +1,6 @@
 //! The device's global virtual clock ("vnow").
 //!
-//! vnow advances at `vtime_rate` vtime units per wall µs from the start of the current
+//! vnow advances at `rate` (the base vrate) vtime units per wall µs from the start of the current
 //! planning period: `vnow = period_at_vtime + (now - period_at) · rate`. At 100 % vrate
 //! one wall second adds 2^37 units, i.e. one second of modelled device time. A rate of
 //! 150 % hands out 1.5× the budget the model says the device can do.

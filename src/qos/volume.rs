@@ -238,12 +238,6 @@ impl VolumeQos {
         *guard = meter;
     }
 
-    /// When a cap lets `io` go: None now, else the time to offer it again.
-    fn cap_wait(&self, io: &IoRequest, now_ns: u64) -> Option<u64> {
-        let mut caps = self.caps.lock().unwrap_or_else(|e| e.into_inner());
-        caps.as_mut()?.wait_until(io.kind, now_ns)
-    }
-
     /// The volume's name.
     pub fn name(&self) -> &str {
         &self.core.name
@@ -263,17 +257,34 @@ impl VolumeQos {
     /// reads the clock once per batch of requests. A reading a few microseconds old only
     /// makes the decision more conservative (vnow, hence the budget, is a little smaller).
     pub fn admit_at(&self, io: &IoRequest, now_ns: u64) -> Decision {
-        let dev = &*self.dev;
-        let v = &*self.core;
+        if !self.has_caps.load(Acquire) {
+            return self.admit_by_budget(io, now_ns);
+        }
         // Caps act first and charge nothing while they hold a request back: a capped
         // volume does not spend budget on work it cannot send, so its share shows as
-        // surplus and is donated (design §12). They apply with QoS disabled too.
-        if self.has_caps.load(Acquire) {
-            if let Some(until_ns) = self.cap_wait(io, now_ns) {
-                v.io.capped.fetch_add(1, Relaxed);
-                return Decision::Wait { until_ns };
-            }
+        // surplus and is donated (design §12). They apply with QoS disabled too, and are
+        // charged only when the budget lets the request go.
+        let mut caps = self.caps.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(meter) = caps.as_mut() else {
+            drop(caps);
+            return self.admit_by_budget(io, now_ns);
+        };
+        if let Some(until_ns) = meter.wait_until(io.kind, now_ns) {
+            self.core.io.capped.fetch_add(1, Relaxed);
+            return Decision::Wait { until_ns };
         }
+        let decision = self.admit_by_budget(io, now_ns);
+        if matches!(decision, Decision::Go(_)) {
+            meter.account(io.kind, io.len);
+        }
+        decision
+    }
+
+    /// The vtime decision (design §3.4).
+    #[inline]
+    fn admit_by_budget(&self, io: &IoRequest, now_ns: u64) -> Decision {
+        let dev = &*self.dev;
+        let v = &*self.core;
         let cursor = v.cursor.load(Relaxed);
         let input = CostInput {
             kind: io.kind,
@@ -289,7 +300,12 @@ impl VolumeQos {
         }
         let now = self.activate(now_ns);
         if dev.alone(now.now_ns) {
-            return self.go_alone(io, abs, &now);
+            // Alone on the device: nobody to protect, so nothing to throttle (a lone
+            // tenant is never slower than with QoS off, whatever the model says). It is
+            // charged at absolute cost all the same, and what it completes ahead of vnow
+            // is forgiven (`VolumeCore::forgive_completed_ahead`), so when a neighbour
+            // arrives it owes exactly its queue (design §5.9).
+            return self.go(io, abs, abs, abs, now.now_ns);
         }
         let vtime = v.vtime.load(Relaxed);
         let cost = self.adjust_inuse_and_calc_cost(vtime, abs, &now);
@@ -455,12 +471,6 @@ impl VolumeQos {
     /// Commit and count an admitted request of absolute cost `abs`: `cost` advances the
     /// local vtime, `usage` counts as device time used.
     fn go(&self, io: &IoRequest, abs: u64, usage: u64, cost: u64, now_ns: u64) -> Decision {
-        if self.has_caps.load(Relaxed) {
-            let mut caps = self.caps.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(meter) = caps.as_mut() {
-                meter.account(io.kind, io.len);
-            }
-        }
         let v = &*self.core;
         if cost != 0 {
             v.vtime.fetch_add(cost, Relaxed);
@@ -486,17 +496,6 @@ impl VolumeQos {
             cost,
             abs_cost: abs,
         })
-    }
-
-    /// Alone on the device: nobody to protect, so nothing to throttle (a lone tenant is
-    /// never slower than with QoS off, whatever the model says), design §5.9. It is
-    /// charged at absolute cost all the same; when a neighbour arrives, what it completed
-    /// ahead of vnow is forgiven ([`VolumeCore::forgive_completed_ahead`]), so that it
-    /// owes exactly the device time of its queue and waits until the device has worked
-    /// that off, rather than keeping the device full while the neighbour's first
-    /// requests queue behind it.
-    fn go_alone(&self, io: &IoRequest, abs: u64, now: &Now) -> Decision {
-        self.go(io, abs, abs, abs, now.now_ns)
     }
 
     /// Make sure the volume is active (design §3.3) and return the clock snapshot.
