@@ -67,7 +67,8 @@ impl Daemon {
                     v.weight,
                 )
                 .map_err(|e| DaemonError::Qos(format!("volume {}: {e}", v.name)))?;
-            handle.set_caps(v.caps.as_ref());
+            qos.set_caps(&v.name, v.caps.as_ref())
+                .map_err(|e| DaemonError::Qos(format!("volume {}: {e}", v.name)))?;
             let mut volume = Volume::new(v, shared.clone(), handle);
             volume.socket_gid = v.socket_gid(i)?;
             let volume = Arc::new(volume);
@@ -100,6 +101,7 @@ fn build_qos(config: &Config) -> Result<QosDevice, DaemonError> {
     for g in config.groups_parents_first() {
         let parent = g.parent.as_deref().filter(|p| *p != ROOT_GROUP);
         qos.add_group(&g.name, parent, g.weight)
+            .and_then(|()| qos.set_caps(&g.name, g.caps.as_ref()))
             .map_err(|e| DaemonError::Qos(format!("group {}: {e}", g.name)))?;
     }
     tracing::info!(

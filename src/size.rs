@@ -8,6 +8,10 @@ use std::fmt;
 pub struct ByteSize(pub u64);
 
 impl ByteSize {
+    pub fn is_zero(&self) -> bool {
+        self.0 == 0
+    }
+
     pub fn parse(text: &str) -> Result<Self, String> {
         let t = text.trim();
         let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());

@@ -133,6 +133,9 @@ pub struct GroupConfig {
     /// Parent group; the implicit `root` if absent.
     #[serde(default)]
     pub parent: Option<String>,
+    /// Hard limits on the sum of the group's volumes, as a volume's `caps`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caps: Option<crate::qos::CapsConfig>,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -184,6 +187,19 @@ fn default_num_queues() -> u16 {
 }
 fn default_queue_size() -> u16 {
     256
+}
+
+/// Validate a node's caps; `key` makes the full name of a field (`caps.iops` → `volume[0]
+/// "a".caps.iops`).
+fn check_caps(
+    key: &dyn Fn(&str) -> String,
+    caps: Option<&crate::qos::CapsConfig>,
+) -> Result<(), ConfigError> {
+    let Some(caps) = caps else { return Ok(()) };
+    caps.validate().map_err(|e| match e.split_once(": ") {
+        Some((field, message)) => invalid(key(field), message),
+        None => invalid(key("caps"), e),
+    })
 }
 
 impl VolumeConfig {
@@ -298,6 +314,7 @@ impl Config {
                 return Err(invalid(key("name"), "duplicate group name"));
             }
             check_weight(&key("weight"), g.weight)?;
+            check_caps(&key, g.caps.as_ref())?;
         }
         // Parents must exist, and following parents must reach the root (no cycles).
         let parent_of: HashMap<&str, &str> = self
@@ -352,12 +369,7 @@ impl Config {
                 return Err(invalid(v.key(i, "socket"), "same path as control.socket"));
             }
             check_weight(&v.key(i, "weight"), v.weight)?;
-            if let Some(caps) = &v.caps {
-                caps.validate().map_err(|e| match e.split_once(": ") {
-                    Some((key, message)) => invalid(v.key(i, key), message),
-                    None => invalid(v.key(i, "caps"), e),
-                })?;
-            }
+            check_caps(&|f: &str| v.key(i, f), v.caps.as_ref())?;
             if let Some(group) = &v.group {
                 if !groups.contains(group.as_str()) && group != ROOT_GROUP {
                     return Err(invalid(

@@ -6,7 +6,7 @@
 //! in the state file, see [`super::state`]).
 
 use crate::cost_model::ModelConfig;
-use crate::qos::QosConfig;
+use crate::qos::{CapsConfig, QosConfig};
 use serde::{Deserialize, Serialize};
 
 /// Where a value comes from.
@@ -57,6 +57,8 @@ pub struct ModelView {
 #[serde(deny_unknown_fields)]
 pub struct GroupPatch {
     pub weight: Option<u32>,
+    /// New caps on the sum of the group's volumes; `{}` removes them.
+    pub caps: Option<CapsConfig>,
 }
 
 /// `PATCH /v1/volumes/{name}`.
@@ -66,6 +68,8 @@ pub struct VolumePatch {
     pub weight: Option<u32>,
     /// A group name, or `"root"`.
     pub group: Option<String>,
+    /// New caps; `{}` removes them.
+    pub caps: Option<CapsConfig>,
 }
 
 /// The QoS parameters actually in use (latency targets resolved from the model).
@@ -100,6 +104,8 @@ pub struct GroupView {
     pub weight: Sourced<u32>,
     /// Parent group, `"root"` for the top level.
     pub parent: String,
+    /// Caps on the sum of the group's volumes (`{}`: none).
+    pub caps: Sourced<CapsConfig>,
     /// Volumes directly in this group.
     pub volumes: Vec<String>,
 }
@@ -117,6 +123,8 @@ pub struct VolumeView {
     pub weight: Sourced<u32>,
     /// The group, `"root"` for the top level.
     pub group: Sourced<String>,
+    /// The volume's own caps (`{}`: none); its groups' caps apply too.
+    pub caps: Sourced<CapsConfig>,
     pub socket: String,
     pub size: u64,
     pub read_only: bool,

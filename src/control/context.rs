@@ -15,7 +15,7 @@ use crate::backend::volume::Volume;
 use crate::calibration::Calibration;
 use crate::config::{Config, ROOT_GROUP};
 use crate::cost_model::ModelConfig;
-use crate::qos::{QosConfig, QosDevice, VolumeQos};
+use crate::qos::{CapsConfig, QosConfig, QosDevice, VolumeQos};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -51,6 +51,14 @@ pub struct Control {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A node's caps in effect (`{}`: none) and whether they were set at runtime.
+fn caps_view(info: &crate::qos::NodeInfo, runtime: Option<CapsConfig>) -> Sourced<CapsConfig> {
+    Sourced {
+        value: info.caps.unwrap_or_default(),
+        source: Sourced::pick((), runtime.map(|_| ())).source,
+    }
 }
 
 fn check_weight(weight: u32) -> Result<(), ApiError> {
@@ -147,7 +155,7 @@ impl Control {
                     o.group = None;
                 }
             }
-            o.weight.is_some() || o.group.is_some()
+            o.weight.is_some() || o.group.is_some() || o.caps.is_some()
         });
         if let Some(m) = &st.model {
             self.qos
@@ -159,11 +167,14 @@ impl Control {
                 .set_qos(&self.qos_in_effect(q))
                 .map_err(|e| format!("state file {}: qos: {e}", self.state_path.display()))?;
         }
+        let in_state_file =
+            |e: crate::qos::QosError| format!("state file {}: {e}", self.state_path.display());
         for (name, o) in &st.groups {
             if let Some(w) = o.weight {
-                self.qos
-                    .set_weight(name, w)
-                    .map_err(|e| format!("state file {}: {e}", self.state_path.display()))?;
+                self.qos.set_weight(name, w).map_err(in_state_file)?;
+            }
+            if let Some(caps) = &o.caps {
+                self.qos.set_caps(name, Some(caps)).map_err(in_state_file)?;
             }
         }
         for (name, o) in &st.volumes {
@@ -173,7 +184,10 @@ impl Control {
                 .map(|g| Some(g).filter(|g| *g != ROOT_GROUP));
             self.qos
                 .update_volume(name, o.weight, group)
-                .map_err(|e| format!("state file {}: {e}", self.state_path.display()))?;
+                .map_err(in_state_file)?;
+            if let Some(caps) = &o.caps {
+                self.qos.set_caps(name, Some(caps)).map_err(in_state_file)?;
+            }
         }
         if st != before {
             st.save(&self.state_path)
@@ -285,13 +299,14 @@ impl Control {
             .find(|g| g.name == info.name)
             .map(|g| g.weight)
             .unwrap_or(info.weight);
-        let runtime = st.groups.get(&info.name).and_then(|o| o.weight);
+        let o = st.groups.get(&info.name);
         GroupView {
             name: info.name.clone(),
             weight: Sourced {
                 value: info.weight,
-                source: Sourced::pick(cfg_weight, runtime).source,
+                source: Sourced::pick(cfg_weight, o.and_then(|o| o.weight)).source,
             },
+            caps: caps_view(info, o.and_then(|o| o.caps)),
             parent: info.parent.clone().unwrap_or_else(|| ROOT_GROUP.into()),
             volumes: self
                 .qos
@@ -329,6 +344,13 @@ impl Control {
         self.group(name)?;
         if let Some(w) = patch.weight {
             check_weight(w)?;
+        }
+        if let Some(caps) = patch.caps {
+            self.patch_caps(name, caps, |s| {
+                &mut s.groups.entry(name.to_owned()).or_default().caps
+            })?;
+        }
+        if let Some(w) = patch.weight {
             let key = name.to_owned();
             self.commit(
                 |s| {
@@ -373,6 +395,10 @@ impl Control {
                 value: group,
                 source: Sourced::pick(cfg_group, o.and_then(|o| o.group.clone())).source,
             },
+            caps: info
+                .as_ref()
+                .map(|i| caps_view(i, o.and_then(|o| o.caps)))
+                .unwrap_or_else(|| Sourced::pick(CapsConfig::default(), None)),
             socket: v.socket.display().to_string(),
             size: v.limits.capacity,
             read_only: v.limits.read_only,
@@ -416,6 +442,11 @@ impl Control {
                 ));
             }
         }
+        if let Some(caps) = patch.caps {
+            self.patch_caps(name, caps, |s| {
+                &mut s.volumes.entry(name.to_owned()).or_default().caps
+            })?;
+        }
         if patch.weight.is_some() || patch.group.is_some() {
             let key = name.to_owned();
             let (weight, group) = (patch.weight, patch.group.clone());
@@ -442,6 +473,29 @@ impl Control {
             tracing::info!(volume = %name, weight = ?patch.weight, group = ?patch.group, "control: volume changed");
         }
         self.volume(name)
+    }
+
+    /// Validate, record and apply new caps of a volume or group (`{}` removes them).
+    fn patch_caps(
+        &self,
+        name: &str,
+        caps: CapsConfig,
+        slot: impl FnOnce(&mut RuntimeState) -> &mut Option<CapsConfig>,
+    ) -> Result<(), ApiError> {
+        caps.validate().map_err(|e| match e.split_once(": ") {
+            Some((field, message)) => ApiError::field(field, message),
+            None => ApiError::field("caps", e),
+        })?;
+        self.commit(
+            |s| *slot(s) = Some(caps),
+            || {
+                self.qos
+                    .set_caps(name, Some(&caps))
+                    .map_err(|e| ApiError::body(e.to_string()))
+            },
+        )?;
+        tracing::info!(node = %name, caps = %caps, "control: caps changed");
+        Ok(())
     }
 
     // ----- statistics -----

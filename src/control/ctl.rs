@@ -36,9 +36,9 @@ pub struct CtlArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum CtlCommand {
-    /// List volumes: group, weight (`*` = changed at runtime), connections, socket.
+    /// List volumes: group, weight (`*` = changed at runtime), connections, socket, caps.
     Volumes,
-    /// List groups: parent, weight, member volumes.
+    /// List groups: parent, weight, member volumes, caps.
     Groups,
     /// Set the weight (1..10000) of a volume or group, at runtime and persistently.
     SetWeight {
@@ -46,6 +46,17 @@ pub enum CtlCommand {
         name: String,
         /// The new weight.
         weight: u32,
+    },
+    /// Set the caps of a volume or group, at runtime and persistently: KEY=VALUE pairs
+    /// with the keys of `caps` in the config (iops, bps, read_iops, write_bps, burst_iops,
+    /// burst_bps, burst_seconds, iops_size; sizes as "200MiB"). The given caps replace
+    /// the old ones as a whole; no pairs removes them.
+    SetCaps {
+        /// Volume or group name.
+        name: String,
+        /// Limits, e.g. `iops=2000 bps=200MiB`.
+        #[arg(value_name = "KEY=VALUE")]
+        limits: Vec<String>,
     },
     /// Show the device QoS, or change the given keys (the others keep their values).
     Qos {
@@ -103,6 +114,25 @@ impl Api {
             Err(r.error_message())
         }
     }
+
+    /// PATCH the volume or, if there is none by that name, the group `name`; returns
+    /// which it was and the new view.
+    fn patch_node(&self, name: &str, body: &Value) -> Result<(&'static str, Value), String> {
+        let seg = encode_segment(name);
+        let mut r = self.call("PATCH", &format!("/v1/volumes/{seg}"), Some(body))?;
+        let mut kind = "volume";
+        if r.status == 404 {
+            r = self.call("PATCH", &format!("/v1/groups/{seg}"), Some(body))?;
+            kind = "group";
+            if r.status == 404 {
+                return Err(format!("no volume or group named {name:?}"));
+            }
+        }
+        if !(200..300).contains(&r.status) {
+            return Err(r.error_message());
+        }
+        Ok((kind, r.json()?))
+    }
 }
 
 fn socket_path(args: &CtlArgs) -> Result<PathBuf, String> {
@@ -157,24 +187,21 @@ pub fn run(args: &CtlArgs) -> Result<(), String> {
             print!("{}", format_groups(&decode(v)?));
         }
         CtlCommand::SetWeight { name, weight } => {
-            let body = json!({ "weight": weight });
-            let seg = encode_segment(name);
-            let mut r = api.call("PATCH", &format!("/v1/volumes/{seg}"), Some(&body))?;
-            let mut kind = "volume";
-            if r.status == 404 {
-                r = api.call("PATCH", &format!("/v1/groups/{seg}"), Some(&body))?;
-                kind = "group";
-                if r.status == 404 {
-                    return Err(format!("no volume or group named {name:?}"));
-                }
-            }
-            if !(200..300).contains(&r.status) {
-                return Err(r.error_message());
-            }
+            let (kind, v) = api.patch_node(name, &json!({ "weight": weight }))?;
             if args.json {
-                return print_json(&r.json()?);
+                return print_json(&v);
             }
             println!("{kind} {name}: weight {weight}");
+        }
+        CtlCommand::SetCaps { name, limits } => {
+            let caps = parse_caps(limits)?;
+            let (kind, v) = api.patch_node(name, &json!({ "caps": caps }))?;
+            if args.json {
+                return print_json(&v);
+            }
+            let caps: crate::qos::CapsConfig =
+                serde_json::from_value(v["caps"]["value"].clone()).map_err(|e| e.to_string())?;
+            println!("{kind} {name}: caps {caps}");
         }
         CtlCommand::Qos {
             enable,
@@ -318,40 +345,61 @@ fn mark(runtime: bool) -> &'static str {
 pub fn format_volumes(list: &VolumeList) -> String {
     use super::api::Source::Runtime;
     let mut s = format!(
-        "{:<20} {:<16} {:>7} {:>5} {:>9}  {}\n",
-        "VOLUME", "GROUP", "WEIGHT", "CONN", "SIZE_MiB", "SOCKET"
+        "{:<20} {:<16} {:>7} {:>5} {:>9}  {}  {}\n",
+        "VOLUME", "GROUP", "WEIGHT", "CONN", "SIZE_MiB", "SOCKET", "CAPS"
     );
     for v in &list.volumes {
         let _ = writeln!(
             s,
-            "{:<20} {:<16} {:>7} {:>5} {:>9}  {}",
+            "{:<20} {:<16} {:>7} {:>5} {:>9}  {}  {}{}",
             v.name,
             format!("{}{}", v.group.value, mark(v.group.source == Runtime)),
             format!("{}{}", v.weight.value, mark(v.weight.source == Runtime)),
             v.connections,
             v.size >> 20,
-            v.socket
+            v.socket,
+            v.caps.value,
+            mark(v.caps.source == Runtime),
         );
     }
     s.push_str("(* = changed at runtime)\n");
     s
 }
 
+/// `KEY=VALUE` pairs as a JSON object: numbers stay numbers, anything else ("200MiB")
+/// is passed as a string for the daemon to parse and check.
+fn parse_caps(pairs: &[String]) -> Result<Value, String> {
+    let mut caps = serde_json::Map::new();
+    for pair in pairs {
+        let (key, value) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("{pair:?}: expected KEY=VALUE, e.g. iops=2000"))?;
+        let value = match value.parse::<u64>() {
+            Ok(n) => Value::from(n),
+            Err(_) => Value::from(value),
+        };
+        caps.insert(key.to_owned(), value);
+    }
+    Ok(Value::Object(caps))
+}
+
 /// The `groups` table.
 pub fn format_groups(list: &GroupList) -> String {
     use super::api::Source::Runtime;
     let mut s = format!(
-        "{:<20} {:<16} {:>7}  {}\n",
-        "GROUP", "PARENT", "WEIGHT", "VOLUMES"
+        "{:<20} {:<16} {:>7}  {:<24}  {}\n",
+        "GROUP", "PARENT", "WEIGHT", "VOLUMES", "CAPS"
     );
     for g in &list.groups {
         let _ = writeln!(
             s,
-            "{:<20} {:<16} {:>7}  {}",
+            "{:<20} {:<16} {:>7}  {:<24}  {}{}",
             g.name,
             g.parent,
             format!("{}{}", g.weight.value, mark(g.weight.source == Runtime)),
-            g.volumes.join(",")
+            g.volumes.join(","),
+            g.caps.value,
+            mark(g.caps.source == Runtime),
         );
     }
     s

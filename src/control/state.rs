@@ -11,8 +11,8 @@
 //!   "version": 1,
 //!   "qos":   { "enable": true, "rpct": 95.0, "rlat": "5ms", ... },   // PUT /v1/device/qos
 //!   "model": { "preset": "ssd", ... },                                // PUT /v1/device/model
-//!   "groups":  { "tenant-a": { "weight": 300 } },                     // PATCH /v1/groups/..
-//!   "volumes": { "vm1-root": { "weight": 50, "group": "tenant-a" } }, // PATCH /v1/volumes/..
+//!   "groups":  { "tenant-a": { "weight": 300, "caps": { "iops": 10000 } } },  // PATCH /v1/groups/..
+//!   "volumes": { "vm1-root": { "weight": 50, "group": "tenant-a" } },        // PATCH /v1/volumes/..
 //!   "calibrated": { "device": "/dev/nvme0n1", "size": ..., "model": {...}, ... }
 //! }
 //! ```
@@ -26,7 +26,7 @@
 
 use crate::calibration::Calibration;
 use crate::cost_model::ModelConfig;
-use crate::qos::QosConfig;
+use crate::qos::{CapsConfig, QosConfig};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -41,6 +41,9 @@ pub const STATE_VERSION: u32 = 1;
 pub struct GroupOverride {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<u32>,
+    /// `{}` = caps removed at runtime.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caps: Option<CapsConfig>,
 }
 
 /// Runtime overrides of a volume.
@@ -52,6 +55,9 @@ pub struct VolumeOverride {
     /// Group name; `"root"` = the root.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
+    /// `{}` = caps removed at runtime.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caps: Option<CapsConfig>,
 }
 
 /// Everything changed at runtime.
@@ -183,10 +189,19 @@ mod tests {
             VolumeOverride {
                 weight: Some(300),
                 group: Some("root".into()),
+                caps: Some(CapsConfig {
+                    iops: 2000,
+                    ..CapsConfig::default()
+                }),
             },
         );
-        s.groups
-            .insert("g".into(), GroupOverride { weight: Some(5) });
+        s.groups.insert(
+            "g".into(),
+            GroupOverride {
+                weight: Some(5),
+                caps: Some(CapsConfig::default()),
+            },
+        );
         s.qos = Some(QosConfig {
             min: 50.0,
             ..QosConfig::default()

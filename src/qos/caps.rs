@@ -15,6 +15,8 @@
 //! DISCARD are not capped (QEMU does not throttle them either). With `iops_size`, a
 //! request larger than it counts as `len / iops_size` operations.
 
+use std::sync::Mutex;
+
 use serde::{Deserialize, Serialize};
 
 use crate::cost_model::IoKind;
@@ -24,36 +26,85 @@ use crate::size::ByteSize;
 const MAX_LIMIT: u64 = 1_000_000_000_000_000;
 
 /// `caps = { ... }` of a volume: 0 or absent = no limit.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CapsConfig {
     /// Operations per second, reads and writes together.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub iops: u64,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub read_iops: u64,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub write_iops: u64,
     /// Bytes per second, reads and writes together.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "ByteSize::is_zero")]
     pub bps: ByteSize,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "ByteSize::is_zero")]
     pub read_bps: ByteSize,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "ByteSize::is_zero")]
     pub write_bps: ByteSize,
     /// Burst rates: while the burst lasts, up to this many operations (bytes) per second
     /// go, for `burst_seconds`; then the plain rate. Each applies to every IOPS (byte)
     /// limit that is set.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub burst_iops: u64,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "ByteSize::is_zero")]
     pub burst_bps: ByteSize,
     /// How long a full burst lasts, seconds (default 1).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst_seconds: Option<u64>,
     /// Requests larger than this count as several operations (QEMU's `iops-size`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "ByteSize::is_zero")]
     pub iops_size: ByteSize,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+/// `iops=2000 bps=200MiB`, the keys that are set, as `ctl set-caps` takes them; `-` when
+/// none is.
+impl std::fmt::Display for CapsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let counts = [
+            ("iops", self.iops),
+            ("read_iops", self.read_iops),
+            ("write_iops", self.write_iops),
+        ];
+        let sizes = [
+            ("bps", self.bps),
+            ("read_bps", self.read_bps),
+            ("write_bps", self.write_bps),
+        ];
+        let mut pairs: Vec<String> = counts
+            .iter()
+            .filter(|(_, v)| *v != 0)
+            .map(|(k, v)| format!("{k}={v}"))
+            .chain(
+                sizes
+                    .iter()
+                    .filter(|(_, v)| !v.is_zero())
+                    .map(|(k, v)| format!("{k}={v}")),
+            )
+            .collect();
+        if self.burst_iops != 0 {
+            pairs.push(format!("burst_iops={}", self.burst_iops));
+        }
+        if !self.burst_bps.is_zero() {
+            pairs.push(format!("burst_bps={}", self.burst_bps));
+        }
+        if let Some(s) = self.burst_seconds {
+            pairs.push(format!("burst_seconds={s}"));
+        }
+        if !self.iops_size.is_zero() {
+            pairs.push(format!("iops_size={}", self.iops_size));
+        }
+        if pairs.is_empty() {
+            f.write_str("-")
+        } else {
+            f.write_str(&pairs.join(" "))
+        }
+    }
 }
 
 impl CapsConfig {
@@ -197,8 +248,134 @@ const OPS_TOTAL: usize = 3;
 const OPS_READ: usize = 4;
 const OPS_WRITE: usize = 5;
 
-/// The cap meter of one volume. Not thread-safe: one volume's requests are admitted by
-/// one thread at a time.
+/// The caps of one volume or group: its configuration and one meter shared by every
+/// volume under it, so that a group's caps bound the sum of its members (design §12).
+///
+/// When the meter holds members back, they take turns in proportion to their weights
+/// (start-time fair queueing over the seconds of cap each request uses, design §12.2):
+/// a member the meter refused registers with its start tag, and when the meter opens
+/// again the waiting member with the smallest tag goes first; the others wait for it. A
+/// waiter that does not come back within [`TURN_GRACE_NS`] of its retry time, or that is
+/// then held back by something else (its own caps, its budget), loses its place in line
+/// but keeps its tag, so nobody waits for a member that cannot go.
+#[derive(Debug)]
+pub(crate) struct NodeCaps {
+    pub config: CapsConfig,
+    state: Mutex<CapState>,
+}
+
+#[derive(Debug)]
+struct CapState {
+    meter: CapMeter,
+    /// The start tag of the request served last (the group's virtual time), seconds of
+    /// cap per unit of weight.
+    vtime: f64,
+    members: Vec<Member>,
+}
+
+/// A member's place in the turns.
+#[derive(Debug)]
+struct Member {
+    id: usize,
+    /// Finish tag of its last request.
+    finish: f64,
+    /// Waiting for the meter: when it was told to ask again, ns.
+    due_ns: Option<u64>,
+}
+
+/// How long after its retry time a waiting member keeps others waiting for it, ns.
+pub(crate) const TURN_GRACE_NS: u64 = 2_000_000;
+
+impl NodeCaps {
+    /// Caps of `config` (already validated) with empty buckets.
+    pub(crate) fn new(config: CapsConfig, now_ns: u64) -> Self {
+        NodeCaps {
+            state: Mutex::new(CapState {
+                meter: CapMeter::new(&config, now_ns),
+                vtime: 0.0,
+                members: Vec::new(),
+            }),
+            config,
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, CapState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// When member `id` may send a request of `kind`: `None` now, else the time (ns) to
+    /// ask again.
+    pub(crate) fn wait_until(&self, id: usize, kind: IoKind, now_ns: u64) -> Option<u64> {
+        CapMeter::buckets_of(kind)?;
+        let mut st = self.state();
+        let st = &mut *st;
+        let Some(until_ns) = st.meter.wait_until(kind, now_ns) else {
+            // Open: go unless a member ahead in line is due to ask now.
+            let me = st.start_tag(id);
+            let ahead = st.members.iter().any(|m| {
+                m.id != id
+                    && m.due_ns.is_some_and(|due| {
+                        due <= now_ns.saturating_add(TURN_GRACE_NS / 4)
+                            && now_ns <= due.saturating_add(TURN_GRACE_NS)
+                    })
+                    && st.vtime.max(m.finish) < me
+            });
+            if !ahead {
+                return None;
+            }
+            let until_ns = now_ns + TURN_GRACE_NS / 4;
+            st.member(id).due_ns = Some(until_ns);
+            return Some(until_ns);
+        };
+        st.member(id).due_ns = Some(until_ns);
+        Some(until_ns)
+    }
+
+    /// Member `id` was held back by something else after [`NodeCaps::wait_until`] let it
+    /// go: it gives up its place in line (its tag stays).
+    pub(crate) fn withdraw(&self, id: usize) {
+        let mut st = self.state();
+        if let Some(m) = st.members.iter_mut().find(|m| m.id == id) {
+            m.due_ns = None;
+        }
+    }
+
+    /// Count an admitted request of member `id` (of `weight`), `kind` and `len` bytes.
+    pub(crate) fn account(&self, id: usize, weight: u32, kind: IoKind, len: u64) {
+        let mut st = self.state();
+        let seconds = st.meter.account(kind, len);
+        let start = st.start_tag(id);
+        st.vtime = start;
+        let m = st.member(id);
+        m.finish = start + seconds / f64::from(weight.max(1));
+        m.due_ns = None;
+    }
+}
+
+impl CapState {
+    fn member(&mut self, id: usize) -> &mut Member {
+        let i = match self.members.iter().position(|m| m.id == id) {
+            Some(i) => i,
+            None => {
+                self.members.push(Member {
+                    id,
+                    finish: self.vtime,
+                    due_ns: None,
+                });
+                self.members.len() - 1
+            }
+        };
+        &mut self.members[i]
+    }
+
+    /// The start tag of member `id`'s next request.
+    fn start_tag(&self, id: usize) -> f64 {
+        let finish = self.members.iter().find(|m| m.id == id).map(|m| m.finish);
+        self.vtime.max(finish.unwrap_or(self.vtime))
+    }
+}
+
+/// The leaky buckets of one set of caps.
 #[derive(Clone, Debug)]
 pub struct CapMeter {
     buckets: [Bucket; 6],
@@ -256,10 +433,11 @@ impl CapMeter {
         (wait > 0.0).then(|| now_ns.saturating_add((wait * 1e9).ceil().max(1.0) as u64))
     }
 
-    /// Count an admitted request of `kind` and `len` bytes.
-    pub fn account(&mut self, kind: IoKind, len: u64) {
+    /// Count an admitted request of `kind` and `len` bytes; returns the seconds of cap
+    /// it uses (the largest over its buckets of units / rate; 0 when uncapped).
+    pub fn account(&mut self, kind: IoKind, len: u64) -> f64 {
         let Some(buckets) = Self::buckets_of(kind) else {
-            return;
+            return 0.0;
         };
         let bytes = len as f64;
         let ops = if self.op_size > 0.0 && bytes > self.op_size {
@@ -267,9 +445,16 @@ impl CapMeter {
         } else {
             1.0
         };
+        let mut seconds: f64 = 0.0;
         for (i, &b) in buckets.iter().enumerate() {
-            self.buckets[b].account(if i < 2 { bytes } else { ops });
+            let bucket = &mut self.buckets[b];
+            let units = if i < 2 { bytes } else { ops };
+            bucket.account(units);
+            if bucket.avg > 0.0 {
+                seconds = seconds.max(units / bucket.avg);
+            }
         }
+        seconds
     }
 }
 
@@ -365,6 +550,36 @@ mod tests {
         for &n in &per_second[1..] {
             assert!((24..=26).contains(&n), "{per_second:?}");
         }
+    }
+
+    /// Group turns: when the meter opens, the waiting member with the smaller tag goes
+    /// first; one that does not come back holds the others up for the grace only.
+    #[test]
+    fn members_take_turns_and_an_absent_one_holds_no_one_up() {
+        const MS: u64 = 1_000_000;
+        // 10 IOPS: the bucket holds one operation, so two go at once, then one per 100 ms.
+        let c = NodeCaps::new(caps("iops = 10"), 0);
+        for _ in 0..2 {
+            assert_eq!(c.wait_until(1, IoKind::Read, 0), None);
+            c.account(1, 1, IoKind::Read, 4096);
+        }
+        assert_eq!(c.wait_until(2, IoKind::Read, 0), Some(100 * MS));
+        // Member 1 has had two turns; member 2 is due: member 1 waits for it.
+        let t = c.wait_until(1, IoKind::Read, 100 * MS).unwrap();
+        assert!(t > 100 * MS && t < 100 * MS + TURN_GRACE_NS, "{t}");
+        // Member 2 does not come back; after the grace member 1 goes.
+        let late = 100 * MS + TURN_GRACE_NS + 1;
+        assert_eq!(c.wait_until(1, IoKind::Read, late), None);
+        // A member held back elsewhere gives up its place at once.
+        let c = NodeCaps::new(caps("iops = 10"), 0);
+        for _ in 0..2 {
+            c.account(1, 1, IoKind::Read, 4096);
+        }
+        assert!(c.wait_until(2, IoKind::Read, 0).is_some());
+        c.withdraw(2);
+        assert_eq!(c.wait_until(1, IoKind::Read, 100 * MS), None);
+        // Flushes are not capped and never wait for a turn.
+        assert_eq!(c.wait_until(1, IoKind::Flush, 0), None);
     }
 
     #[test]

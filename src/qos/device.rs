@@ -37,6 +37,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::cost_model::{CostModel, ModelConfig};
 use crate::vtime::{VTIME_PER_USEC, WEIGHT_ONE};
 
+use super::caps::{CapsConfig, NodeCaps};
 use super::clock::Clock;
 use super::config::QosConfig;
 use super::error::QosError;
@@ -227,6 +228,8 @@ pub struct NodeInfo {
     pub weight: u32,
     /// The parent group; None = the root.
     pub parent: Option<String>,
+    /// The node's caps; None = uncapped.
+    pub caps: Option<CapsConfig>,
 }
 
 /// The QoS controller of one host disk.
@@ -346,6 +349,7 @@ impl QosDevice {
             now.vnow,
             self.shared.cur_period.load(Relaxed),
         ));
+        core.set_caps_path(st.tree.caps_path(id));
         st.tree.nodes[id].volume = Some(Arc::clone(&core));
         st.tree.volumes.push(id);
         Ok(Arc::new(VolumeQos::new(Arc::clone(&self.shared), core)))
@@ -386,6 +390,39 @@ impl QosDevice {
             self.set_weight_locked(&mut st, id, w);
         }
         Ok(())
+    }
+
+    /// Set or clear (None, or a config with no limit) the caps of a volume or group
+    /// (design §12). A group's caps bound the sum of its members. The buckets start
+    /// empty, as QEMU's do after a change, which grants a fresh burst; requests waiting
+    /// for the old caps are re-evaluated when they ask again.
+    pub fn set_caps(&self, name: &str, caps: Option<&CapsConfig>) -> Result<(), QosError> {
+        let caps = caps.filter(|c| c.is_set());
+        if let Some(c) = caps {
+            c.validate().map_err(QosError::InvalidConfig)?;
+        }
+        let mut st = self.shared.lock();
+        let id = Self::node_id(&st, name)?;
+        let now_ns = self.shared.clock.now_ns();
+        st.tree.nodes[id].caps = caps.map(|c| Arc::new(NodeCaps::new(*c, now_ns)));
+        let volumes: Vec<NodeId> = st.tree.volumes_under(id).collect();
+        for v in volumes {
+            Self::refresh_caps_path(&st, v);
+        }
+        Ok(())
+    }
+
+    /// The caps of a volume or group (None: uncapped).
+    pub fn caps(&self, name: &str) -> Result<Option<CapsConfig>, QosError> {
+        let st = self.shared.lock();
+        let id = Self::node_id(&st, name)?;
+        Ok(st.tree.nodes[id].caps.as_ref().map(|c| c.config))
+    }
+
+    fn refresh_caps_path(st: &DeviceState, volume: NodeId) {
+        if let Some(core) = &st.tree.nodes[volume].volume {
+            core.set_caps_path(st.tree.caps_path(volume));
+        }
     }
 
     fn node_id(st: &DeviceState, name: &str) -> Result<NodeId, QosError> {
@@ -522,6 +559,7 @@ impl QosDevice {
         }
         st.tree.reparent(id, parent);
         core.set_path(st.tree.path(id));
+        Self::refresh_caps_path(st, id);
         if active != 0 {
             let now = self.shared.now();
             st.tree.propagate(id, active, inuse, Some(now.vnow));
@@ -561,6 +599,7 @@ impl QosDevice {
                 .parent()
                 .filter(|&p| p != ROOT)
                 .map(|p| st.tree.nodes[p].name.clone()),
+            caps: n.caps.as_ref().map(|c| c.config),
         }
     }
 

@@ -203,7 +203,8 @@ fn set_parent_of_an_idle_volume_applies_on_activation() {
         vec![NodeInfo {
             name: "A".into(),
             weight: 100,
-            parent: None
+            parent: None,
+            caps: None,
         }]
     );
 }

@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use crate::vtime::{cdiv_wide, vdiff, WEIGHT_ONE};
 
+use super::caps::NodeCaps;
 use super::volume::VolumeCore;
 use super::weights::{NodeWeights, WEIGHT_DEFAULT};
 
@@ -46,6 +47,8 @@ pub(crate) struct TreeNode {
     pub usage_us: u64,
     /// When the volume last became active.
     pub activated_at_ns: u64,
+    /// The node's caps, shared by every volume under it (design §12).
+    pub caps: Option<Arc<NodeCaps>>,
 }
 
 impl TreeNode {
@@ -61,6 +64,7 @@ impl TreeNode {
             last_inuse: 0,
             usage_us: 0,
             activated_at_ns: 0,
+            caps: None,
         }
     }
 
@@ -123,6 +127,23 @@ impl Tree {
             .iter()
             .map(|&a| Arc::clone(&self.nodes[a].weights))
             .collect()
+    }
+
+    /// The caps on the root-to-node path, root first.
+    pub(crate) fn caps_path(&self, id: NodeId) -> Box<[Arc<NodeCaps>]> {
+        self.nodes[id]
+            .ancestors
+            .iter()
+            .filter_map(|&a| self.nodes[a].caps.clone())
+            .collect()
+    }
+
+    /// The volumes at or under node `id`.
+    pub(crate) fn volumes_under(&self, id: NodeId) -> impl Iterator<Item = NodeId> + '_ {
+        self.volumes
+            .iter()
+            .copied()
+            .filter(move |&v| self.nodes[v].ancestors.contains(&id))
     }
 
     /// Set a node's `active`/`inuse` and push the change up (design §4.3). `save_vnow`:

@@ -28,7 +28,7 @@ use crate::vtime::{
     WEIGHT_ONE,
 };
 
-use super::caps::{CapMeter, CapsConfig};
+use super::caps::NodeCaps;
 use super::device::DeviceShared;
 use super::histogram::LatencyWindows;
 use super::request::{Charge, Decision, IoRequest, Timing};
@@ -109,6 +109,11 @@ pub(crate) struct VolumeCore {
     /// Cumulative device time used, µs (planner-written).
     pub usage_us: AtomicU64,
     pub hist: Mutex<LatencyWindows>,
+    /// The caps on the root-to-volume path, root first (design §12); replaced under the
+    /// device lock when a node's caps change or the volume moves. `has_caps` spares
+    /// uncapped volumes the load.
+    pub caps: ArcSwap<Box<[Arc<NodeCaps>]>>,
+    pub has_caps: AtomicBool,
 }
 
 impl VolumeCore {
@@ -143,12 +148,20 @@ impl VolumeCore {
             usage_ppm: AtomicU32::new(0),
             usage_us: AtomicU64::new(0),
             hist: Mutex::new(LatencyWindows::default()),
+            caps: ArcSwap::from_pointee(Box::default()),
+            has_caps: AtomicBool::new(false),
         }
     }
 
     /// This volume's own weight cell.
     pub(crate) fn weights(&self) -> &NodeWeights {
         &self.own
+    }
+
+    /// Replace the caps on the volume's path (device lock held).
+    pub(crate) fn set_caps_path(&self, caps: Box<[Arc<NodeCaps>]>) {
+        self.has_caps.store(!caps.is_empty(), Release);
+        self.caps.store(Arc::new(caps));
     }
 
     /// Replace the root-to-volume path (the volume moved; device lock held).
@@ -211,31 +224,11 @@ impl VolumeCore {
 pub struct VolumeQos {
     pub(crate) dev: Arc<DeviceShared>,
     pub(crate) core: Arc<VolumeCore>,
-    /// The volume's caps (design §12), checked before its budget. The flag spares
-    /// uncapped volumes the lock.
-    caps: Mutex<Option<CapMeter>>,
-    has_caps: AtomicBool,
 }
 
 impl VolumeQos {
     pub(crate) fn new(dev: Arc<DeviceShared>, core: Arc<VolumeCore>) -> Self {
-        VolumeQos {
-            dev,
-            core,
-            caps: Mutex::new(None),
-            has_caps: AtomicBool::new(false),
-        }
-    }
-
-    /// Replace the volume's caps (None or an empty config: uncapped). The buckets start
-    /// empty, as QEMU's do after a change, which grants a fresh burst.
-    pub fn set_caps(&self, caps: Option<&CapsConfig>) {
-        let meter = caps
-            .filter(|c| c.is_set())
-            .map(|c| CapMeter::new(c, self.dev.clock.now_ns()));
-        let mut guard = self.caps.lock().unwrap_or_else(|e| e.into_inner());
-        self.has_caps.store(meter.is_some(), Release);
-        *guard = meter;
+        VolumeQos { dev, core }
     }
 
     /// The volume's name.
@@ -257,25 +250,40 @@ impl VolumeQos {
     /// reads the clock once per batch of requests. A reading a few microseconds old only
     /// makes the decision more conservative (vnow, hence the budget, is a little smaller).
     pub fn admit_at(&self, io: &IoRequest, now_ns: u64) -> Decision {
-        if !self.has_caps.load(Acquire) {
+        if !self.core.has_caps.load(Acquire) {
             return self.admit_by_budget(io, now_ns);
         }
-        // Caps act first and charge nothing while they hold a request back: a capped
-        // volume does not spend budget on work it cannot send, so its share shows as
-        // surplus and is donated (design §12). They apply with QoS disabled too, and are
-        // charged only when the budget lets the request go.
-        let mut caps = self.caps.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(meter) = caps.as_mut() else {
-            drop(caps);
-            return self.admit_by_budget(io, now_ns);
-        };
-        if let Some(until_ns) = meter.wait_until(io.kind, now_ns) {
+        // Caps (the volume's and its groups') act first and charge nothing while they
+        // hold a request back: a capped volume does not spend budget on work it cannot
+        // send, so its share shows as surplus and is donated (design §12). They apply
+        // with QoS disabled too, and are charged only when the budget lets the request go.
+        let caps = self.core.caps.load();
+        let id = self.core.node;
+        let (mut wait, mut open) = (None, Vec::new());
+        for c in caps.iter() {
+            match c.wait_until(id, io.kind, now_ns) {
+                Some(t) => wait = wait.max(Some(t)),
+                None => open.push(c),
+            }
+        }
+        if let Some(until_ns) = wait {
             self.core.io.capped.fetch_add(1, Relaxed);
+            // Caps that would have let it go must not keep others waiting for it.
+            for c in open {
+                c.withdraw(id);
+            }
             return Decision::Wait { until_ns };
         }
         let decision = self.admit_by_budget(io, now_ns);
         if matches!(decision, Decision::Go(_)) {
-            meter.account(io.kind, io.len);
+            let weight = self.core.own.weight.load(Relaxed);
+            for c in caps.iter() {
+                c.account(id, weight, io.kind, io.len);
+            }
+        } else {
+            for c in caps.iter() {
+                c.withdraw(id);
+            }
         }
         decision
     }

@@ -106,6 +106,7 @@ pub fn run(sc: &Scenario) -> Result<SimResult, Error> {
     let qos = QosDevice::new(Box::new(model.clone()), &sc.device.qos, clock.clone());
     for g in &sc.groups {
         qos.add_group(&g.name, g.parent.as_deref(), g.weight)
+            .and_then(|()| qos.set_caps(&g.name, g.caps.as_ref()))
             .map_err(|e| Error::Invalid(format!("group {:?}: {e}", g.name)))?;
     }
     let mut vols = Vec::new();
@@ -113,7 +114,8 @@ pub fn run(sc: &Scenario) -> Result<SimResult, Error> {
         let h = qos
             .add_volume(&v.name, v.group.as_deref(), v.weight)
             .map_err(|e| Error::Invalid(format!("volume {:?}: {e}", v.name)))?;
-        h.set_caps(v.caps.as_ref());
+        qos.set_caps(&v.name, v.caps.as_ref())
+            .map_err(|e| Error::Invalid(format!("volume {:?}: {e}", v.name)))?;
         vols.push(h);
     }
     let wls = sc

@@ -150,6 +150,10 @@ pub struct GroupSection {
     /// 1..=10000.
     #[serde(default = "default_weight")]
     pub weight: u32,
+    /// Hard limits on the sum of the group's volumes, as `[[group]] caps` of the
+    /// daemon's config.
+    #[serde(default)]
+    pub caps: Option<crate::qos::CapsConfig>,
 }
 
 fn default_weight() -> u32 {
@@ -295,6 +299,11 @@ impl Scenario {
         for (i, v) in self.volumes.iter().enumerate() {
             if let Some(caps) = &v.caps {
                 caps.validate().map_err(|e| format!("volume[{i}].{e}"))?;
+            }
+        }
+        for (i, g) in self.groups.iter().enumerate() {
+            if let Some(caps) = &g.caps {
+                caps.validate().map_err(|e| format!("group[{i}].{e}"))?;
             }
         }
         let mut total = 0u64;

@@ -216,6 +216,7 @@ fn every_endpoint_answers_and_refuses_bad_input() {
     assert_eq!(vols["volumes"].as_array().unwrap().len(), 2);
     let b = ok(&d, "GET", "/v1/volumes/b", None);
     assert_eq!(b["weight"], json!({"value": 300, "source": "config"}));
+    assert_eq!(b["caps"], json!({"value": {}, "source": "config"}));
     assert_eq!(b["group"], json!({"value": "root", "source": "config"}));
     assert_eq!(b["size"], 16 << 20);
     assert_eq!(b["connections"], 0);
@@ -446,7 +447,7 @@ fn restart_keeps_runtime_changes() {
         &d,
         "PATCH",
         "/v1/volumes/a",
-        Some(json!({"weight": 42, "group": "tenant-b"})),
+        Some(json!({"weight": 42, "group": "tenant-b", "caps": {"write_bps": "8MiB"}})),
     );
     ok(
         &d,
@@ -473,7 +474,7 @@ fn restart_keeps_runtime_changes() {
             .unwrap();
     assert_eq!(
         state["volumes"]["a"],
-        json!({"weight": 42, "group": "tenant-b"})
+        json!({"weight": 42, "group": "tenant-b", "caps": {"write_bps": "8MiB"}})
     );
 
     let d = DaemonProcess::start_in(dir, &cfg);
@@ -483,8 +484,13 @@ fn restart_keeps_runtime_changes() {
         a["group"],
         json!({"value": "tenant-b", "source": "runtime"})
     );
+    assert_eq!(
+        a["caps"],
+        json!({"value": {"write_bps": "8MiB"}, "source": "runtime"})
+    );
     let b = ok(&d, "GET", "/v1/volumes/b", None);
     assert_eq!(b["weight"], json!({"value": 300, "source": "config"}));
+    assert_eq!(b["caps"], json!({"value": {}, "source": "config"}));
     let g = ok(&d, "GET", "/v1/groups/tenant-b", None);
     assert_eq!(g["weight"], json!({"value": 900, "source": "runtime"}));
     assert_eq!(g["volumes"], json!(["a"]));
