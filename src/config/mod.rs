@@ -171,6 +171,12 @@ pub struct VolumeConfig {
     /// Hard limits on IOPS and bandwidth, with QEMU's throttling semantics.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caps: Option<crate::qos::CapsConfig>,
+    /// `normal`, or `background`: served from what the others leave idle.
+    #[serde(default)]
+    pub class: crate::qos::Class,
+    /// The minimum the volume gets while it has demand, whatever the weights.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserve: Option<crate::qos::ReserveConfig>,
 }
 
 fn default_true() -> bool {
@@ -370,6 +376,12 @@ impl Config {
             }
             check_weight(&v.key(i, "weight"), v.weight)?;
             check_caps(&|f: &str| v.key(i, f), v.caps.as_ref())?;
+            if let Some(r) = &v.reserve {
+                r.validate().map_err(|e| match e.split_once(": ") {
+                    Some((field, message)) => invalid(v.key(i, field), message),
+                    None => invalid(v.key(i, "reserve"), e),
+                })?;
+            }
             if let Some(group) = &v.group {
                 if !groups.contains(group.as_str()) && group != ROOT_GROUP {
                     return Err(invalid(

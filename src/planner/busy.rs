@@ -41,6 +41,8 @@ pub const BUSY_LEVEL_MAX: i32 = 1000;
 pub(crate) struct Demand {
     pub nr_shortages: u32,
     pub nr_lagging: u32,
+    /// A foreground (not background) volume is short.
+    pub foreground_short: bool,
 }
 
 /// The controller aims at this share of the misses a target allows.
@@ -145,6 +147,7 @@ mod tests {
         let short = Demand {
             nr_shortages: 1,
             nr_lagging: 0,
+            ..Demand::default()
         };
         assert_eq!(
             next_busy_level(3, &lat(0, 0), LatencyTrend::Clear, &short, THR),
@@ -172,6 +175,7 @@ mod tests {
         let lagging = Demand {
             nr_shortages: 1,
             nr_lagging: 2,
+            ..Demand::default()
         };
         assert_eq!(
             next_busy_level(-9, &lat(0, 0), LatencyTrend::Clear, &lagging, THR),
@@ -184,6 +188,7 @@ mod tests {
         let d = Demand {
             nr_shortages: 1,
             nr_lagging: 1,
+            ..Demand::default()
         };
         let empty = LatStat::default();
         assert_eq!(next_busy_level(9, &empty, LatencyTrend::Clear, &d, THR), 4);
@@ -198,6 +203,7 @@ mod tests {
         let short = Demand {
             nr_shortages: 1,
             nr_lagging: 0,
+            ..Demand::default()
         };
         let met = lat(0, 0);
         assert_eq!(

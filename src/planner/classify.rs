@@ -99,9 +99,11 @@ pub(crate) fn classify(
                 let active = v.weights().active.load(Relaxed);
                 tree.propagate(id, active, active, Some(vnow));
                 demand.nr_shortages += 1;
+                demand.foreground_short |= !v.background.load(Relaxed);
             }
         } else {
             demand.nr_shortages += 1;
+            demand.foreground_short |= !v.background.load(Relaxed);
         }
     }
     (demand, usage_us_sum)

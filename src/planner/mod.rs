@@ -209,6 +209,13 @@ fn plan(dev: &DeviceShared, ps: &mut PlannerState) -> u64 {
         }
     }
 
+    // Background volumes get only their floor while the foreground wants more than it
+    // gets (it leaves no capacity idle) or while latency rises above its floor (they
+    // would be served at the foreground's expense; design §13).
+    dev.hold_background.store(
+        demand.foreground_short || trend == latency_floor::LatencyTrend::Rising,
+        Relaxed,
+    );
     dev.cur_period.fetch_add(1, Relaxed);
     if !st.active.is_empty() {
         dev.start_period(st, now);

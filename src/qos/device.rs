@@ -38,12 +38,14 @@ use crate::cost_model::{CostModel, ModelConfig};
 use crate::vtime::{VTIME_PER_USEC, WEIGHT_ONE};
 
 use super::caps::{CapsConfig, NodeCaps};
+use super::class::{Class, BACKGROUND_FLOOR_PPM};
 use super::clock::Clock;
 use super::config::QosConfig;
 use super::error::QosError;
 use super::params::{Margins, QosParams};
+use super::reserve::{reservable_ppm, ReserveConfig};
 use super::stats::{DeviceStats, PeriodRecord};
-use super::tree::{NodeId, Tree, ROOT};
+use super::tree::{background_weight, NodeId, Tree, ROOT};
 use super::vclock::{Now, VClock};
 use super::volume::{rate_to_ppm, VolumeCore, VolumeQos};
 use super::weights::NodeWeights;
@@ -99,11 +101,18 @@ pub(crate) struct DeviceShared {
     /// Mirrors of `DeviceState` values the issue path reads without the lock.
     pub base_rate: AtomicU64,
     pub margin_low: AtomicI64,
+    pub margin_target: AtomicI64,
     /// `DeviceState::active.len()`: a volume that is active alone is not throttled.
     pub nr_active: AtomicUsize,
     /// When a volume active alone stops being throttled, ns on the QoS clock:
     /// [`ALONE_AFTER_NS`] after more than one volume was last active.
     pub alone_from_ns: AtomicU64,
+    /// `Tree::foreground_active`: some normal volume is active.
+    pub foreground_active: Arc<std::sync::atomic::AtomicBool>,
+    /// The planner's verdict at the last period: a foreground volume was short of
+    /// budget, or latency was rising above its floor. Background volumes then get only
+    /// their floor (design §13).
+    pub hold_background: std::sync::atomic::AtomicBool,
     state: Mutex<DeviceState>,
 }
 
@@ -199,6 +208,7 @@ impl DeviceShared {
         st.margins = self.params().margins(rate);
         self.base_rate.store(rate, Relaxed);
         self.margin_low.store(st.margins.low, Relaxed);
+        self.margin_target.store(st.margins.target, Relaxed);
     }
 
     /// Let vnow run at the base rate from `now` on, rebasing it so that it stays
@@ -230,6 +240,8 @@ pub struct NodeInfo {
     pub parent: Option<String>,
     /// The node's caps; None = uncapped.
     pub caps: Option<CapsConfig>,
+    /// Volumes: the class (groups: `Normal`).
+    pub class: Class,
 }
 
 /// The QoS controller of one host disk.
@@ -272,6 +284,7 @@ impl QosDevice {
             })],
         };
         let cfg = Arc::as_ptr(&state.cfg_history[0]).cast_mut();
+        let foreground_active = Arc::clone(&state.tree.foreground_active);
         QosDevice {
             shared: Arc::new(DeviceShared {
                 cfg: AtomicPtr::new(cfg),
@@ -281,8 +294,11 @@ impl QosDevice {
                 hweight_gen: AtomicU32::new(0),
                 base_rate: AtomicU64::new(rate),
                 margin_low: AtomicI64::new(margins.low),
+                margin_target: AtomicI64::new(margins.target),
                 nr_active: AtomicUsize::new(0),
                 alone_from_ns: AtomicU64::new(0),
+                foreground_active,
+                hold_background: std::sync::atomic::AtomicBool::new(false),
                 state: Mutex::new(state),
             }),
         }
@@ -434,22 +450,156 @@ impl QosDevice {
     }
 
     fn set_weight_locked(&self, st: &mut DeviceState, id: NodeId, weight: u32) {
-        let w = weight * WEIGHT_ONE;
-        let cells = Arc::clone(&st.tree.nodes[id].weights);
+        let node = &st.tree.nodes[id];
+        let cells = Arc::clone(&node.weights);
+        cells.configured.store(weight, Relaxed);
+        let w = Self::competing_weight(weight, node.background);
         if w != cells.weight.load(Relaxed) {
             let active = cells.active.load(Relaxed);
+            // Parents read their own weight while propagating, so store it first for
+            // groups; a volume's weight only enters through `active`.
+            cells.weight.store(w, Relaxed);
             if active != 0 {
                 let now = self.shared.now();
-                // Parents read their own weight while propagating, so store it first
-                // for groups; a volume's weight only enters through `active`.
-                cells.weight.store(w, Relaxed);
                 st.tree
                     .propagate(id, w, cells.inuse.load(Relaxed), Some(now.vnow));
                 st.tree.commit_weights(&self.shared.hweight_gen);
-            } else {
-                cells.weight.store(w, Relaxed);
             }
         }
+    }
+
+    /// The weight (× W) a node of user weight `weight` competes with.
+    fn competing_weight(weight: u32, background: bool) -> u32 {
+        let w = weight * WEIGHT_ONE;
+        if background {
+            background_weight(w)
+        } else {
+            w
+        }
+    }
+
+    /// Set or clear a volume's reservation (design §14). Refused, changing nothing, when
+    /// the reservations of all volumes would take more of the device than may be
+    /// reserved.
+    pub fn set_reserve(&self, name: &str, reserve: Option<&ReserveConfig>) -> Result<(), QosError> {
+        let reserve = reserve.filter(|r| r.is_set());
+        if let Some(r) = reserve {
+            r.validate().map_err(QosError::InvalidConfig)?;
+        }
+        let mut st = self.shared.lock();
+        let id = Self::node_id(&st, name)?;
+        if st.tree.nodes[id].volume.is_none() {
+            return Err(QosError::NotAVolume(name.to_owned()));
+        }
+        let old = std::mem::replace(&mut st.tree.nodes[id].reserve, reserve.copied());
+        let cfg = self.shared.cfg();
+        if let Err(e) = Self::check_reservations(&st, &*cfg.model, cfg.qos.min, id) {
+            st.tree.nodes[id].reserve = old;
+            return Err(e);
+        }
+        self.apply_reservations(&st);
+        Ok(())
+    }
+
+    /// The reserved share (ppm) of volume `id`: its `reserve`, or a background volume's
+    /// floor.
+    fn reserved_ppm(st: &DeviceState, model: &dyn CostModel, id: NodeId) -> u64 {
+        let node = &st.tree.nodes[id];
+        match node.reserve {
+            Some(r) => r.share_ppm(model),
+            None if node.background => BACKGROUND_FLOOR_PPM,
+            None => 0,
+        }
+    }
+
+    /// Is the sum of reserved shares within what may be reserved? `changed`: the volume
+    /// to name in the error.
+    fn check_reservations(
+        st: &DeviceState,
+        model: &dyn CostModel,
+        min_pct: f64,
+        changed: NodeId,
+    ) -> Result<(), QosError> {
+        let total: u64 = st
+            .tree
+            .volumes
+            .iter()
+            .map(|&v| Self::reserved_ppm(st, model, v))
+            .sum();
+        let limit = reservable_ppm(min_pct);
+        if total <= limit {
+            return Ok(());
+        }
+        Err(QosError::Overcommitted {
+            name: st.tree.nodes[changed].name.clone(),
+            share_pct: Self::reserved_ppm(st, model, changed) as f64 / 1e4,
+            total_pct: total as f64 / 1e4,
+            reservable_pct: limit as f64 / 1e4,
+        })
+    }
+
+    /// Hand every volume its reserved share (after a change of reservations, classes or
+    /// the model).
+    fn apply_reservations(&self, st: &DeviceState) {
+        let model = &*self.shared.cfg().model;
+        let now_ns = self.shared.clock.now_ns();
+        for &id in &st.tree.volumes {
+            if let Some(core) = &st.tree.nodes[id].volume {
+                let share = Self::reserved_ppm(st, model, id);
+                if core.reserve.share_ppm.load(Relaxed) != share {
+                    core.reserve.set(share, now_ns);
+                }
+            }
+        }
+    }
+
+    /// A volume's reservation as configured.
+    pub fn reserve(&self, name: &str) -> Result<Option<ReserveConfig>, QosError> {
+        let st = self.shared.lock();
+        let id = Self::node_id(&st, name)?;
+        Ok(st.tree.nodes[id].reserve)
+    }
+
+    /// Set a volume's class (design §13). An active volume leaves the weight tree and
+    /// re-enters with its new weight at once, so its neighbours' shares change from their
+    /// next admission on.
+    pub fn set_class(&self, name: &str, class: Class) -> Result<(), QosError> {
+        let mut st = self.shared.lock();
+        let id = Self::node_id(&st, name)?;
+        let Some(core) = st.tree.nodes[id].volume.clone() else {
+            return Err(QosError::NotAVolume(name.to_owned()));
+        };
+        let background = class.is_background();
+        if st.tree.nodes[id].background == background {
+            return Ok(());
+        }
+        st.tree.nodes[id].background = background;
+        let cfg = self.shared.cfg();
+        if let Err(e) = Self::check_reservations(&st, &*cfg.model, cfg.qos.min, id) {
+            st.tree.nodes[id].background = !background;
+            return Err(e);
+        }
+        self.apply_reservations(&st);
+        let cells = Arc::clone(&st.tree.nodes[id].weights);
+        let active = cells.active.load(Relaxed) != 0;
+        if active {
+            // Leave the sums as the old class (propagate reads the flag) ...
+            st.tree.nodes[id].background = !background;
+            st.tree.propagate(id, 0, 0, None);
+            st.tree.nodes[id].background = background;
+        }
+        core.background.store(background, Relaxed);
+        let w = Self::competing_weight(cells.configured.load(Relaxed), background);
+        cells.weight.store(w, Relaxed);
+        if active {
+            // ... and re-enter as the new one.
+            let now = self.shared.now();
+            st.tree.propagate(id, w, w, Some(now.vnow));
+        }
+        st.tree.weights_updated = true;
+        st.tree.commit_weights(&self.shared.hweight_gen);
+        core.invalidate_hweights(self.shared.hweight_gen.load(Acquire));
+        Ok(())
     }
 
     /// The state the planner steers (`planner::Planner`).
@@ -486,6 +636,7 @@ impl QosDevice {
     pub fn set_qos(&self, qos: &QosConfig) -> Result<(), QosError> {
         qos.validate().map_err(QosError::InvalidConfig)?;
         let mut st = self.shared.lock();
+        Self::check_all_reservations(&st, &*self.shared.cfg().model, qos.min)?;
         let model_lat = self.shared.cfg().model.default_latency_us();
         let params = QosParams::from_config(qos, model_lat);
         let model = Arc::clone(&self.shared.cfg().model);
@@ -497,16 +648,37 @@ impl QosDevice {
     /// apply). Latency targets left to the preset are re-derived from the new model.
     pub fn set_model(&self, model: &ModelConfig) -> Result<(), QosError> {
         let built = model.build_boxed().map_err(QosError::InvalidConfig)?;
-        self.set_model_boxed(built);
+        self.set_model_boxed(built)
+    }
+
+    /// [`QosDevice::set_model`] for an already built model. Refused when the
+    /// reservations, priced by the new model, would take more than may be reserved.
+    pub fn set_model_boxed(&self, model: Box<dyn CostModel>) -> Result<(), QosError> {
+        let mut st = self.shared.lock();
+        let qos = self.shared.cfg().qos.clone();
+        Self::check_all_reservations(&st, &*model, qos.min)?;
+        let params = QosParams::from_config(&qos, model.default_latency_us());
+        self.publish(&mut st, params, Arc::from(model), qos);
+        self.apply_reservations(&st);
         Ok(())
     }
 
-    /// [`QosDevice::set_model`] for an already built model.
-    pub fn set_model_boxed(&self, model: Box<dyn CostModel>) {
-        let mut st = self.shared.lock();
-        let qos = self.shared.cfg().qos.clone();
-        let params = QosParams::from_config(&qos, model.default_latency_us());
-        self.publish(&mut st, params, Arc::from(model), qos);
+    /// [`QosDevice::check_reservations`] naming the volume with the largest reservation.
+    fn check_all_reservations(
+        st: &DeviceState,
+        model: &dyn CostModel,
+        min_pct: f64,
+    ) -> Result<(), QosError> {
+        let largest = st
+            .tree
+            .volumes
+            .iter()
+            .copied()
+            .max_by_key(|&v| Self::reserved_ppm(st, model, v));
+        match largest {
+            Some(id) => Self::check_reservations(st, model, min_pct, id),
+            None => Ok(()),
+        }
     }
 
     /// Publish a new configuration; called with the device lock held.
@@ -594,12 +766,17 @@ impl QosDevice {
     fn info(st: &DeviceState, n: &super::tree::TreeNode) -> NodeInfo {
         NodeInfo {
             name: n.name.clone(),
-            weight: n.weights.weight.load(Relaxed) / WEIGHT_ONE,
+            weight: n.weights.configured.load(Relaxed),
             parent: n
                 .parent()
                 .filter(|&p| p != ROOT)
                 .map(|p| st.tree.nodes[p].name.clone()),
             caps: n.caps.as_ref().map(|c| c.config),
+            class: if n.background {
+                Class::Background
+            } else {
+                Class::Normal
+            },
         }
     }
 

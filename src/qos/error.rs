@@ -1,7 +1,7 @@
 //! Errors of the control-plane calls (tree construction and weight changes).
 
 /// Why a tree or weight operation was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum QosError {
     /// The name is already used by a group or volume of this device.
     #[error("name {0:?} is already used on this device")]
@@ -21,6 +21,18 @@ pub enum QosError {
     /// A QoS or cost-model configuration failed validation (the message names the key).
     #[error("{0}")]
     InvalidConfig(String),
+    /// The reservations would take more of the device than may be reserved.
+    #[error(
+        "reserve of {name:?} ({share_pct:.1} % of the device) would bring the reserved total to \
+         {total_pct:.1} %, over the {reservable_pct:.1} % that may be reserved (90 % of \
+         80 % or of `min`, whichever is higher)"
+    )]
+    Overcommitted {
+        name: String,
+        share_pct: f64,
+        total_pct: f64,
+        reservable_pct: f64,
+    },
     /// A weight out of range.
     #[error("weight of {name:?} {reason}")]
     InvalidWeight {

@@ -74,6 +74,7 @@
 //! * Caps ([`caps`], design §12) are checked before the vtime decision.
 
 pub(crate) mod caps;
+pub(crate) mod class;
 pub(crate) mod clock;
 pub(crate) mod config;
 pub(crate) mod device;
@@ -81,6 +82,7 @@ pub(crate) mod error;
 pub(crate) mod histogram;
 pub(crate) mod params;
 pub(crate) mod request;
+pub(crate) mod reserve;
 pub(crate) mod stats;
 pub(crate) mod tree;
 pub(crate) mod vclock;
@@ -89,12 +91,14 @@ pub(crate) mod weights;
 
 pub use crate::cost_model::{CostModel, IoKind};
 pub use caps::{CapMeter, CapsConfig};
+pub use class::Class;
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use config::QosConfig;
 pub use device::{NodeInfo, QosDevice};
 pub use error::QosError;
 pub use params::QosParams;
 pub use request::{Charge, Decision, IoRequest, Timing};
+pub use reserve::{reservable_ppm, ReserveConfig};
 pub use stats::{DeviceStats, LatencyHistogram, PeriodRecord, VolumeStats};
 pub use volume::VolumeQos;
 pub use weights::{check_weight, WeightOutOfRange, WEIGHT_DEFAULT, WEIGHT_MAX, WEIGHT_MIN};

@@ -29,6 +29,8 @@ pub struct Charge {
     pub cost: u64,
     /// Absolute (device-time) cost of the request, vtime units.
     pub abs_cost: u64,
+    /// Counted in a background volume's device time in flight (design §13).
+    pub background: bool,
 }
 
 /// When an admitted request passed each stage, in ns on the QoS clock.

@@ -36,6 +36,12 @@ pub struct VolumeStats {
     pub throttled: u64,
     /// Times a cap held the FIFO head back.
     pub capped: u64,
+    /// Times a background volume's head was held back because of its device time in
+    /// flight while a foreground volume was active.
+    pub background_held: u64,
+    /// Requests admitted on the volume's reservation after its weight's budget refused
+    /// them.
+    pub reserved: u64,
     /// Reads and writes that met the latency target (device latency minus transfer time).
     pub lat_met: u64,
     /// Reads and writes that missed it.

@@ -205,6 +205,7 @@ fn set_parent_of_an_idle_volume_applies_on_activation() {
             weight: 100,
             parent: None,
             caps: None,
+            class: crate::qos::Class::Normal,
         }]
     );
 }

@@ -15,7 +15,7 @@
 //! everywhere are recomputed.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed, Ordering::Release};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed, Ordering::Release};
 use std::sync::Arc;
 
 use crate::vtime::{cdiv_wide, vdiff, WEIGHT_ONE};
@@ -49,6 +49,13 @@ pub(crate) struct TreeNode {
     pub activated_at_ns: u64,
     /// The node's caps, shared by every volume under it (design §12).
     pub caps: Option<Arc<NodeCaps>>,
+    /// A background volume (design §13): it competes at [`background_weight`].
+    pub background: bool,
+    /// The volume's reservation as configured (design §14).
+    pub reserve: Option<super::reserve::ReserveConfig>,
+    /// Active children that are foreground: normal or latency volumes, or groups with
+    /// such a child. A group without one is itself background.
+    pub fg_children: u32,
 }
 
 impl TreeNode {
@@ -65,6 +72,9 @@ impl TreeNode {
             usage_us: 0,
             activated_at_ns: 0,
             caps: None,
+            background: false,
+            reserve: None,
+            fg_children: 0,
         }
     }
 
@@ -82,6 +92,9 @@ pub(crate) struct Tree {
     pub volumes: Vec<NodeId>,
     /// Some weight changed since the last [`Tree::commit_weights`].
     pub weights_updated: bool,
+    /// Some foreground volume is active (the root has a foreground child); shared with
+    /// the issue path, which holds background volumes back while it is set.
+    pub foreground_active: Arc<AtomicBool>,
 }
 
 impl Tree {
@@ -92,6 +105,7 @@ impl Tree {
             by_name: HashMap::new(),
             volumes: Vec::new(),
             weights_updated: false,
+            foreground_active: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -149,6 +163,12 @@ impl Tree {
     /// Set a node's `active`/`inuse` and push the change up (design §4.3). `save_vnow`:
     /// remember the volume's current budget as its `saved_margin` (the snapback
     /// reference point).
+    ///
+    /// Background (design §13): a node with no foreground below it competes at
+    /// [`background_weight`] of its weight, so a subtree of background volumes yields to
+    /// its foreground siblings at every level. A background volume's own weight cell
+    /// already holds the reduced weight; a group's is applied here, from the count of its
+    /// active foreground children, which the walk keeps.
     pub(crate) fn propagate(
         &mut self,
         id: NodeId,
@@ -158,8 +178,14 @@ impl Tree {
     ) {
         let node = &self.nodes[id];
         let w = &node.weights;
+        let inner = node.volume.is_none();
         let child_active_sum = w.child_active_sum.load(Relaxed);
-        let inuse = if node.volume.is_none() && child_active_sum != 0 {
+        let active = if inner && active != 0 && node.fg_children == 0 {
+            background_weight(active)
+        } else {
+            active
+        };
+        let inuse = if inner && child_active_sum != 0 {
             // Inner node: inuse follows the children's inuse/active ratio.
             let v = cdiv_wide(
                 u128::from(active) * u128::from(w.child_inuse_sum.load(Relaxed)),
@@ -175,15 +201,34 @@ impl Tree {
             vol.saved_margin
                 .store(vdiff(vnow, vol.vtime.load(Relaxed)), Relaxed);
         }
+        let foreground = if inner {
+            node.fg_children > 0
+        } else {
+            !node.background
+        };
         self.nodes[id].last_inuse = cur_inuse;
         if active == cur_active && inuse == cur_inuse {
             return;
         }
+        // Whether the child counts as an active foreground node, before and after.
+        let (mut fg_old, mut fg_new) = (foreground && cur_active != 0, foreground && active != 0);
         let (mut a, mut i) = (active, inuse);
         let level = self.nodes[id].level;
         for lvl in (0..level).rev() {
-            let p = &self.nodes[self.nodes[id].ancestors[lvl]].weights;
-            let c = &self.nodes[self.nodes[id].ancestors[lvl + 1]].weights;
+            let pid = self.nodes[id].ancestors[lvl];
+            let cid = self.nodes[id].ancestors[lvl + 1];
+            let parent = &mut self.nodes[pid];
+            let p_fg_old = parent.fg_children > 0;
+            if fg_new != fg_old {
+                parent.fg_children = if fg_new {
+                    parent.fg_children + 1
+                } else {
+                    parent.fg_children.saturating_sub(1)
+                };
+            }
+            let p_fg_new = parent.fg_children > 0;
+            let p = &self.nodes[pid].weights;
+            let c = &self.nodes[cid].weights;
             let da = u64::from(a).wrapping_sub(u64::from(c.active.load(Relaxed)));
             let di = u64::from(i).wrapping_sub(u64::from(c.inuse.load(Relaxed)));
             // Signed deltas through wrapping arithmetic; the sums never go negative.
@@ -193,18 +238,23 @@ impl Tree {
             p.child_inuse_sum.store(pis, Relaxed);
             c.active.store(a, Relaxed);
             c.inuse.store(i, Relaxed);
-            let pw = p.weight.load(Relaxed);
+            let p_active_old = p.active.load(Relaxed);
             let (pa, pi) = if pas != 0 {
-                let pi = cdiv_wide(u128::from(pw) * u128::from(pis), u128::from(pas));
-                (pw, pi.min(u64::from(pw)) as u32)
+                let pw = p.weight.load(Relaxed);
+                let pa = if p_fg_new { pw } else { background_weight(pw) };
+                let pi = cdiv_wide(u128::from(pa) * u128::from(pis), u128::from(pas));
+                (pa, pi.min(u64::from(pa)) as u32)
             } else {
                 (0, 0)
             };
-            if pa == p.active.load(Relaxed) && pi == p.inuse.load(Relaxed) {
+            if pa == p_active_old && pi == p.inuse.load(Relaxed) {
                 break;
             }
             (a, i) = (pa, pi);
+            (fg_old, fg_new) = (p_fg_old && p_active_old != 0, p_fg_new && pa != 0);
         }
+        self.foreground_active
+            .store(self.nodes[ROOT].fg_children > 0, Relaxed);
         self.weights_updated = true;
     }
 
@@ -215,6 +265,16 @@ impl Tree {
             self.weights_updated = false;
         }
     }
+}
+
+/// How much less a background node weighs than its configured weight (design §13): a
+/// background volume of weight 100 beside a foreground one of weight 100 has a share of
+/// about 0.1 %.
+pub(crate) const BACKGROUND_DIVISOR: u32 = 1000;
+
+/// The weight a background node competes with.
+pub(crate) fn background_weight(weight: u32) -> u32 {
+    (weight / BACKGROUND_DIVISOR).max(1)
 }
 
 /// `W` as u64, for readability at call sites.

@@ -24,14 +24,16 @@ use arc_swap::ArcSwap;
 
 use crate::cost_model::{CostInput, IoKind};
 use crate::vtime::{
-    abs_cost_to_cost, after, before_eq, cdiv, vdiff, MAX_ABS_COST, VTIME_PER_NSEC, VTIME_PER_USEC,
-    WEIGHT_ONE,
+    abs_cost_to_cost, after, before, before_eq, cdiv, vdiff, MAX_ABS_COST, VTIME_PER_NSEC,
+    VTIME_PER_USEC, WEIGHT_ONE,
 };
 
 use super::caps::NodeCaps;
+use super::class::BACKGROUND_INFLIGHT_PCT;
 use super::device::DeviceShared;
 use super::histogram::LatencyWindows;
 use super::request::{Charge, Decision, IoRequest, Timing};
+use super::reserve::ReserveBudget;
 use super::stats::{LatencyHistogram, VolumeStats};
 use super::tree::NodeId;
 use super::vclock::Now;
@@ -65,6 +67,10 @@ pub(crate) struct IoCounters {
     pub throttled: AtomicU64,
     /// Admissions refused by a cap (each makes the caller wait and ask again).
     pub capped: AtomicU64,
+    /// Admissions of a background volume refused because of its device time in flight.
+    pub background_held: AtomicU64,
+    /// Requests admitted on the reservation after their vtime budget refused them.
+    pub reserved: AtomicU64,
     pub wait_ns: AtomicU64,
     pub lat_met: AtomicU64,
     pub lat_missed: AtomicU64,
@@ -114,6 +120,12 @@ pub(crate) struct VolumeCore {
     /// uncapped volumes the load.
     pub caps: ArcSwap<Box<[Arc<NodeCaps>]>>,
     pub has_caps: AtomicBool,
+    /// Class `background` (design §13); set under the device lock.
+    pub background: AtomicBool,
+    /// Absolute cost of the background requests in flight.
+    pub background_inflight: AtomicU64,
+    /// The reservation (design §14).
+    pub reserve: ReserveBudget,
 }
 
 impl VolumeCore {
@@ -150,6 +162,9 @@ impl VolumeCore {
             hist: Mutex::new(LatencyWindows::default()),
             caps: ArcSwap::from_pointee(Box::default()),
             has_caps: AtomicBool::new(false),
+            background: AtomicBool::new(false),
+            background_inflight: AtomicU64::new(0),
+            reserve: ReserveBudget::default(),
         }
     }
 
@@ -315,12 +330,66 @@ impl VolumeQos {
             // arrives it owes exactly its queue (design §5.9).
             return self.go(io, abs, abs, abs, now.now_ns);
         }
+        if v.background.load(Relaxed) && dev.foreground_active.load(Relaxed) {
+            // Background behind an active foreground (design §13): no budget banked
+            // while it waited, which a share donated to it later would turn into a
+            // burst, and little in flight.
+            let floor = now
+                .vnow
+                .wrapping_sub(dev.margin_target.load(Relaxed) as u64);
+            let vtime = v.vtime.load(Relaxed);
+            if before(vtime, floor) {
+                v.vtime.fetch_add(floor.wrapping_sub(vtime), Relaxed);
+                v.done_vtime.fetch_add(floor.wrapping_sub(vtime), Relaxed);
+            }
+            let period_ns = cfg.params.period_ns();
+            let limit = period_ns / 1000 * VTIME_PER_USEC * BACKGROUND_INFLIGHT_PCT / 100;
+            let inflight = v.background_inflight.load(Relaxed);
+            let retry_at = now.now_ns + (period_ns * BACKGROUND_INFLIGHT_PCT / 400).max(50_000);
+            if inflight != 0 && inflight.saturating_add(abs) > limit {
+                v.io.background_held.fetch_add(1, Relaxed);
+                return Decision::Wait { until_ns: retry_at };
+            }
+            if dev.hold_background.load(Relaxed) {
+                // The foreground wants more than it gets, or its latency rises: only the
+                // floor (design §13).
+                return match v.reserve.take(abs, now.now_ns, period_ns) {
+                    Ok(()) => {
+                        v.io.reserved.fetch_add(1, Relaxed);
+                        self.go(io, abs, abs, 0, now.now_ns)
+                    }
+                    Err(at) => {
+                        v.io.background_held.fetch_add(1, Relaxed);
+                        Decision::Wait {
+                            until_ns: at.unwrap_or(retry_at).max(retry_at),
+                        }
+                    }
+                };
+            }
+        }
         let vtime = v.vtime.load(Relaxed);
         let cost = self.adjust_inuse_and_calc_cost(vtime, abs, &now);
+        let period_ns = cfg.params.period_ns();
         if before_eq(vtime.wrapping_add(cost), now.vnow) {
+            v.reserve.served(abs, now.now_ns, period_ns);
             return self.go(io, abs, abs, cost, now.now_ns);
         }
-        self.throttle(io, abs, cost, vtime, now, cfg.params.timer_slack_ns)
+        match self.throttle(io, abs, cost, vtime, now, cfg.params.timer_slack_ns) {
+            Decision::Wait { until_ns } => match v.reserve.take(abs, now.now_ns, period_ns) {
+                // Short of budget by weight, but within its reservation (design §14).
+                Ok(()) => {
+                    v.io.reserved.fetch_add(1, Relaxed);
+                    self.go(io, abs, abs, 0, now.now_ns)
+                }
+                Err(reserve_at) => Decision::Wait {
+                    until_ns: reserve_at.map_or(until_ns, |t| t.min(until_ns)),
+                },
+            },
+            go => {
+                v.reserve.served(abs, now.now_ns, period_ns);
+                go
+            }
+        }
     }
 
     /// Report a completion. `alloc_ns` = when admitted (after any throttling wait),
@@ -344,15 +413,21 @@ impl VolumeQos {
         let v = &*self.core;
         let cfg = dev.cfg();
         let (mut cost, mut rq_wait_ns, mut lat_sum_us) = (0u64, 0u64, [0u64; 2]);
+        let mut background_done = 0u64;
         let mut lat_sq_sum = [0u64; 2];
         let (mut met, mut missed) = ([0u32; 2], [0u32; 2]);
         let period = dev.cur_period.load(Relaxed);
         let mut h = v.hist.lock().unwrap_or_else(|e| e.into_inner());
         for (charge, t) in done {
             cost = cost.wrapping_add(charge.cost);
+            if charge.background {
+                background_done += charge.abs_cost;
+            }
             let on_q_ns = t.completed_ns.saturating_sub(t.admitted_ns);
             h.record(period, on_q_ns / 1000);
-            if !(cfg.params.enable && charge.kind.is_data()) {
+            // A background volume's latency is nobody's target: it must not hold vrate
+            // down for the foreground that comes after it (design §13).
+            if !(cfg.params.enable && charge.kind.is_data()) || charge.background {
                 continue;
             }
             let rw = usize::from(charge.kind == IoKind::Write);
@@ -377,6 +452,9 @@ impl VolumeQos {
         drop(h);
         if cost != 0 {
             v.done_vtime.fetch_add(cost, Relaxed);
+        }
+        if background_done != 0 {
+            v.background_inflight.fetch_sub(background_done, Relaxed);
         }
         for rw in 0..2 {
             if met[rw] != 0 {
@@ -454,7 +532,7 @@ impl VolumeQos {
         };
         VolumeStats {
             name: v.name.clone(),
-            weight: w.weight.load(Relaxed) / WEIGHT_ONE,
+            weight: w.configured.load(Relaxed),
             active,
             hweight_active: pct(hwa),
             hweight_inuse: pct(hwi),
@@ -467,6 +545,8 @@ impl VolumeQos {
             wait_us: v.wait_ns_total(dev.clock.now_ns()) / 1000,
             throttled: v.io.throttled.load(Relaxed),
             capped: v.io.capped.load(Relaxed),
+            background_held: v.io.background_held.load(Relaxed),
+            reserved: v.io.reserved.load(Relaxed),
             lat_met: v.io.lat_met.load(Relaxed),
             lat_missed: v.io.lat_missed.load(Relaxed),
             lat_p50_us_period: p50p,
@@ -498,11 +578,16 @@ impl VolumeQos {
                 .fetch_add(now_ns.saturating_sub(since), Relaxed);
             v.io.throttled.fetch_add(1, Relaxed);
         }
+        let background = v.background.load(Relaxed);
+        if background {
+            v.background_inflight.fetch_add(abs, Relaxed);
+        }
         Decision::Go(Charge {
             kind: io.kind,
             len: io.len,
             cost,
             abs_cost: abs,
+            background,
         })
     }
 

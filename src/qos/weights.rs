@@ -51,7 +51,10 @@ pub fn check_weight(weight: u32) -> Result<(), WeightOutOfRange> {
 /// The weights of one tree node. Written under the device lock, read anywhere.
 #[derive(Debug, Default)]
 pub(crate) struct NodeWeights {
-    /// Configured weight × W.
+    /// The user's weight, 1..=10000.
+    pub configured: AtomicU32,
+    /// The weight the node competes with, × W: the configured weight, reduced for a
+    /// background volume (`tree::background_weight`).
     pub weight: AtomicU32,
     /// `weight` while the node is active, else 0.
     pub active: AtomicU32,
@@ -66,6 +69,7 @@ pub(crate) struct NodeWeights {
 impl NodeWeights {
     pub(crate) fn new(user_weight: u32) -> Self {
         let w = NodeWeights::default();
+        w.configured.store(user_weight, Relaxed);
         w.weight.store(user_weight * WEIGHT_ONE, Relaxed);
         w
     }

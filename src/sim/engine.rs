@@ -115,6 +115,8 @@ pub fn run(sc: &Scenario) -> Result<SimResult, Error> {
             .add_volume(&v.name, v.group.as_deref(), v.weight)
             .map_err(|e| Error::Invalid(format!("volume {:?}: {e}", v.name)))?;
         qos.set_caps(&v.name, v.caps.as_ref())
+            .and_then(|()| qos.set_class(&v.name, v.class))
+            .and_then(|()| qos.set_reserve(&v.name, v.reserve.as_ref()))
             .map_err(|e| Error::Invalid(format!("volume {:?}: {e}", v.name)))?;
         vols.push(h);
     }

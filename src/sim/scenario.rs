@@ -178,6 +178,12 @@ pub struct VolumeSection {
     /// Hard limits, as `[[volume]] caps` of the daemon's config.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caps: Option<crate::qos::CapsConfig>,
+    /// `normal` or `background`, as `[[volume]] class` of the daemon's config.
+    #[serde(default)]
+    pub class: crate::qos::Class,
+    /// A guaranteed minimum, as `[[volume]] reserve` of the daemon's config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserve: Option<crate::qos::ReserveConfig>,
 }
 
 fn default_volume_size() -> Size {
