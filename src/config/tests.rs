@@ -171,3 +171,25 @@ fn volume_and_group_names_are_restricted_to_a_safe_set() {
     let ok = BASE.replace("name = \"a\"", "name = \"vm-17.disk_0\"");
     Config::parse(&ok).unwrap();
 }
+
+#[test]
+fn class_and_reserve_parse_and_errors_name_the_key() {
+    let with = |extra: &str| {
+        BASE.replace(
+            "group = \"tenant-a\"",
+            &format!("group = \"tenant-a\"\n{extra}"),
+        )
+    };
+    let c = Config::parse(&with(
+        "class = \"background\"\nreserve = { iops = 500, bps = \"20MiB\" }",
+    ))
+    .unwrap();
+    assert_eq!(c.volumes[0].class, crate::qos::Class::Background);
+    let r = c.volumes[0].reserve.unwrap();
+    assert_eq!((r.iops, r.bps.0), (500, 20 << 20));
+    assert_eq!(c.volumes[1].class, crate::qos::Class::Normal);
+    let e = err_of(&with("reserve = { pct = 150.0 }"));
+    assert!(e.contains("volume[0] \"a\".reserve.pct"), "{e}");
+    let e = err_of(&with("class = \"bulk\""));
+    assert!(e.contains("class") && e.contains("background"), "{e}");
+}

@@ -6,7 +6,7 @@
 //! in the state file, see [`super::state`]).
 
 use crate::cost_model::ModelConfig;
-use crate::qos::{CapsConfig, QosConfig};
+use crate::qos::{CapsConfig, Class, QosConfig, ReserveConfig};
 use serde::{Deserialize, Serialize};
 
 /// Where a value comes from.
@@ -70,6 +70,10 @@ pub struct VolumePatch {
     pub group: Option<String>,
     /// New caps; `{}` removes them.
     pub caps: Option<CapsConfig>,
+    /// `"normal"` or `"background"`.
+    pub class: Option<Class>,
+    /// New reservation; `{}` removes it.
+    pub reserve: Option<ReserveConfig>,
 }
 
 /// The QoS parameters actually in use (latency targets resolved from the model).
@@ -125,6 +129,9 @@ pub struct VolumeView {
     pub group: Sourced<String>,
     /// The volume's own caps (`{}`: none); its groups' caps apply too.
     pub caps: Sourced<CapsConfig>,
+    pub class: Sourced<Class>,
+    /// The volume's reservation (`{}`: none; a background volume then has a 1 % floor).
+    pub reserve: Sourced<ReserveConfig>,
     pub socket: String,
     pub size: u64,
     pub read_only: bool,
@@ -191,6 +198,11 @@ pub struct VolumeStatsView {
     pub throttled: u64,
     /// Times a cap held the volume's next request back, since start.
     pub capped: u64,
+    /// Times a background volume's next request was held back for the foreground.
+    pub background_held: u64,
+    /// Requests admitted on the volume's reservation after its weight's budget refused
+    /// them.
+    pub reserved: u64,
     pub lat_p50_us_period: Option<u64>,
     pub lat_p99_us_period: Option<u64>,
     pub lat_p50_us: Option<u64>,

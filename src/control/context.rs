@@ -53,6 +53,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+fn check_caps(caps: &CapsConfig) -> Result<(), ApiError> {
+    caps.validate().map_err(|e| match e.split_once(": ") {
+        Some((field, message)) => ApiError::field(field, message),
+        None => ApiError::field("caps", e),
+    })
+}
+
 /// A node's caps in effect (`{}`: none) and whether they were set at runtime.
 fn caps_view(info: &crate::qos::NodeInfo, runtime: Option<CapsConfig>) -> Sourced<CapsConfig> {
     Sourced {
@@ -155,7 +162,11 @@ impl Control {
                     o.group = None;
                 }
             }
-            o.weight.is_some() || o.group.is_some() || o.caps.is_some()
+            o.weight.is_some()
+                || o.group.is_some()
+                || o.caps.is_some()
+                || o.class.is_some()
+                || o.reserve.is_some()
         });
         if let Some(m) = &st.model {
             self.qos
@@ -187,6 +198,11 @@ impl Control {
                 .map_err(in_state_file)?;
             if let Some(caps) = &o.caps {
                 self.qos.set_caps(name, Some(caps)).map_err(in_state_file)?;
+            }
+            if o.class.is_some() || o.reserve.is_some() {
+                self.qos
+                    .set_service(name, o.class, o.reserve.as_ref().map(Some))
+                    .map_err(in_state_file)?;
             }
         }
         if st != before {
@@ -264,7 +280,7 @@ impl Control {
             || {
                 self.qos
                     .set_qos(&self.qos_in_effect(&qos))
-                    .map_err(|e| ApiError::from_validation(&e.to_string()))
+                    .map_err(ApiError::from_qos)
             },
         )?;
         self.kick_planner();
@@ -278,11 +294,7 @@ impl Control {
             .map_err(|e| ApiError::from_validation(&e))?;
         self.commit(
             |s| s.model = Some(model.clone()),
-            || {
-                self.qos
-                    .set_model(&model)
-                    .map_err(|e| ApiError::from_validation(&e.to_string()))
-            },
+            || self.qos.set_model(&model).map_err(ApiError::from_qos),
         )?;
         self.kick_planner();
         tracing::info!(?model, "control: device model changed");
@@ -399,6 +411,14 @@ impl Control {
                 .as_ref()
                 .map(|i| caps_view(i, o.and_then(|o| o.caps)))
                 .unwrap_or_else(|| Sourced::pick(CapsConfig::default(), None)),
+            class: Sourced {
+                value: info.as_ref().map(|i| i.class).unwrap_or_default(),
+                source: Sourced::pick((), o.and_then(|o| o.class).map(|_| ())).source,
+            },
+            reserve: Sourced {
+                value: self.qos.reserve(&v.name).ok().flatten().unwrap_or_default(),
+                source: Sourced::pick((), o.and_then(|o| o.reserve).map(|_| ())).source,
+            },
             socket: v.socket.display().to_string(),
             size: v.limits.capacity,
             read_only: v.limits.read_only,
@@ -442,6 +462,32 @@ impl Control {
                 ));
             }
         }
+        if let Some(caps) = &patch.caps {
+            check_caps(caps)?;
+        }
+        if let Some(r) = &patch.reserve {
+            r.validate().map_err(|e| match e.split_once(": ") {
+                Some((field, message)) => ApiError::field(field, message),
+                None => ApiError::field("reserve", e),
+            })?;
+        }
+        if patch.class.is_some() || patch.reserve.is_some() {
+            // First: the one change that can be refused for what it asks (409).
+            let (class, reserve) = (patch.class, patch.reserve);
+            self.commit(
+                |s| {
+                    let o = s.volumes.entry(name.to_owned()).or_default();
+                    o.class = class.or(o.class);
+                    o.reserve = reserve.or(o.reserve);
+                },
+                || {
+                    self.qos
+                        .set_service(name, class, reserve.as_ref().map(Some))
+                        .map_err(ApiError::from_qos)
+                },
+            )?;
+            tracing::info!(volume = %name, ?class, ?reserve, "control: service class changed");
+        }
         if let Some(caps) = patch.caps {
             self.patch_caps(name, caps, |s| {
                 &mut s.volumes.entry(name.to_owned()).or_default().caps
@@ -482,10 +528,7 @@ impl Control {
         caps: CapsConfig,
         slot: impl FnOnce(&mut RuntimeState) -> &mut Option<CapsConfig>,
     ) -> Result<(), ApiError> {
-        caps.validate().map_err(|e| match e.split_once(": ") {
-            Some((field, message)) => ApiError::field(field, message),
-            None => ApiError::field("caps", e),
-        })?;
+        check_caps(&caps)?;
         self.commit(
             |s| *slot(s) = Some(caps),
             || {
@@ -573,6 +616,8 @@ impl Control {
                     wait_us: q.map_or(0, |q| q.wait_us),
                     throttled: q.map_or(0, |q| q.throttled),
                     capped: q.map_or(0, |q| q.capped),
+                    background_held: q.map_or(0, |q| q.background_held),
+                    reserved: q.map_or(0, |q| q.reserved),
                     lat_p50_us_period: q.and_then(|q| q.lat_p50_us_period),
                     lat_p99_us_period: q.and_then(|q| q.lat_p99_us_period),
                     lat_p50_us: q.and_then(|q| q.lat_p50_us),

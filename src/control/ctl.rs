@@ -58,6 +58,23 @@ pub enum CtlCommand {
         #[arg(value_name = "KEY=VALUE")]
         limits: Vec<String>,
     },
+    /// Set a volume's class, at runtime and persistently: `normal`, or `background`
+    /// (served from what the others leave idle).
+    SetClass {
+        /// Volume name.
+        name: String,
+        /// `normal` or `background`.
+        class: String,
+    },
+    /// Set a volume's reservation, at runtime and persistently: KEY=VALUE pairs with the
+    /// keys of `reserve` in the config (iops, bps, pct). No pairs removes it.
+    SetReserve {
+        /// Volume name.
+        name: String,
+        /// e.g. `iops=500` or `pct=30`.
+        #[arg(value_name = "KEY=VALUE")]
+        values: Vec<String>,
+    },
     /// Show the device QoS, or change the given keys (the others keep their values).
     Qos {
         /// Throttle at all (true/false).
@@ -194,7 +211,7 @@ pub fn run(args: &CtlArgs) -> Result<(), String> {
             println!("{kind} {name}: weight {weight}");
         }
         CtlCommand::SetCaps { name, limits } => {
-            let caps = parse_caps(limits)?;
+            let caps = key_values(limits)?;
             let (kind, v) = api.patch_node(name, &json!({ "caps": caps }))?;
             if args.json {
                 return print_json(&v);
@@ -202,6 +219,29 @@ pub fn run(args: &CtlArgs) -> Result<(), String> {
             let caps: crate::qos::CapsConfig =
                 serde_json::from_value(v["caps"]["value"].clone()).map_err(|e| e.to_string())?;
             println!("{kind} {name}: caps {caps}");
+        }
+        CtlCommand::SetClass { name, class } => {
+            let v = api.ok(
+                "PATCH",
+                &format!("/v1/volumes/{}", encode_segment(name)),
+                Some(&json!({ "class": class })),
+            )?;
+            if args.json {
+                return print_json(&v);
+            }
+            println!("volume {name}: class {class}");
+        }
+        CtlCommand::SetReserve { name, values } => {
+            let reserve = key_values(values)?;
+            let v = api.ok(
+                "PATCH",
+                &format!("/v1/volumes/{}", encode_segment(name)),
+                Some(&json!({ "reserve": reserve })),
+            )?;
+            if args.json {
+                return print_json(&v);
+            }
+            println!("volume {name}: reserve {}", v["reserve"]["value"]);
         }
         CtlCommand::Qos {
             enable,
@@ -368,15 +408,18 @@ pub fn format_volumes(list: &VolumeList) -> String {
 
 /// `KEY=VALUE` pairs as a JSON object: numbers stay numbers, anything else ("200MiB")
 /// is passed as a string for the daemon to parse and check.
-fn parse_caps(pairs: &[String]) -> Result<Value, String> {
+fn key_values(pairs: &[String]) -> Result<Value, String> {
     let mut caps = serde_json::Map::new();
     for pair in pairs {
         let (key, value) = pair
             .split_once('=')
             .ok_or_else(|| format!("{pair:?}: expected KEY=VALUE, e.g. iops=2000"))?;
-        let value = match value.parse::<u64>() {
-            Ok(n) => Value::from(n),
-            Err(_) => Value::from(value),
+        let value = if let Ok(n) = value.parse::<u64>() {
+            Value::from(n)
+        } else if let Ok(x) = value.parse::<f64>() {
+            Value::from(x)
+        } else {
+            Value::from(value)
         };
         caps.insert(key.to_owned(), value);
     }

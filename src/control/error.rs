@@ -52,6 +52,27 @@ impl ApiError {
         }
     }
 
+    /// 409: the change conflicts with the state of others (reservations over what may be
+    /// reserved).
+    pub fn conflict(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::CONFLICT,
+            field: None,
+            message: message.into(),
+        }
+    }
+
+    /// A refusal of the QoS core: 409 for over-committed reservations, else 400 (naming
+    /// the key of an invalid configuration).
+    pub fn from_qos(e: crate::qos::QosError) -> Self {
+        use crate::qos::QosError;
+        match e {
+            QosError::Overcommitted { .. } => Self::conflict(e.to_string()),
+            QosError::InvalidConfig(message) => Self::from_validation(&message),
+            other => Self::body(other.to_string()),
+        }
+    }
+
     /// A config validation message such as `device.qos.min: must be <= max`: the key
     /// after the last dot before the colon becomes the field.
     pub fn from_validation(message: &str) -> Self {

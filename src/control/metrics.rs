@@ -13,6 +13,8 @@
 //! | `vhost_iocost_volume_connections_total` | counter | frontend connections accepted |
 //! | `vhost_iocost_volume_throttled_total` | counter | requests that waited for budget |
 //! | `vhost_iocost_volume_capped_total` | counter | times a cap held the next request back |
+//! | `vhost_iocost_volume_background_held_total` | counter | times a background volume's next request was held back for the foreground |
+//! | `vhost_iocost_volume_reserved_total` | counter | requests admitted on the volume's reservation |
 //! | `vhost_iocost_volume_wait_seconds_total` | counter | time with a throttled request |
 //! | `vhost_iocost_volume_weight` | gauge | configured weight |
 //! | `vhost_iocost_volume_usage_percent` | gauge | device time used in the last period |
@@ -89,6 +91,8 @@ impl Collector for ControlCollector {
         let mut conns = Vec::new();
         let mut throttled = Vec::new();
         let mut capped = Vec::new();
+        let mut background_held = Vec::new();
+        let mut reserved = Vec::new();
         let mut wait = Vec::new();
         let mut weight = Vec::new();
         let mut usage = Vec::new();
@@ -112,6 +116,8 @@ impl Collector for ControlCollector {
             conns.push((l.clone(), ConstCounter::new(v.connections)));
             throttled.push((l.clone(), ConstCounter::new(v.throttled)));
             capped.push((l.clone(), ConstCounter::new(v.capped)));
+            background_held.push((l.clone(), ConstCounter::new(v.background_held)));
+            reserved.push((l.clone(), ConstCounter::new(v.reserved)));
             wait.push((l.clone(), ConstCounter::new(v.wait_us as f64 / 1e6)));
             weight.push((l.clone(), ConstGauge::new(i64::from(v.weight))));
             usage.push((l.clone(), ConstGauge::new(v.usage_pct)));
@@ -155,6 +161,18 @@ impl Collector for ControlCollector {
             &format!("{p}capped"),
             "Times a cap held the next request back.",
             &capped,
+        )?;
+        family(
+            &mut enc,
+            &format!("{p}background_held"),
+            "Times a background volume's next request was held back for the foreground.",
+            &background_held,
+        )?;
+        family(
+            &mut enc,
+            &format!("{p}reserved"),
+            "Requests admitted on the volume's reservation.",
+            &reserved,
         )?;
         family(
             &mut enc,

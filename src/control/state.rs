@@ -12,7 +12,8 @@
 //!   "qos":   { "enable": true, "rpct": 95.0, "rlat": "5ms", ... },   // PUT /v1/device/qos
 //!   "model": { "preset": "ssd", ... },                                // PUT /v1/device/model
 //!   "groups":  { "tenant-a": { "weight": 300, "caps": { "iops": 10000 } } },  // PATCH /v1/groups/..
-//!   "volumes": { "vm1-root": { "weight": 50, "group": "tenant-a" } },        // PATCH /v1/volumes/..
+//!   "volumes": { "vm1-root": { "weight": 50, "group": "tenant-a",            // PATCH /v1/volumes/..
+//!                              "class": "background", "reserve": { "pct": 5.0 } } },
 //!   "calibrated": { "device": "/dev/nvme0n1", "size": ..., "model": {...}, ... }
 //! }
 //! ```
@@ -26,7 +27,7 @@
 
 use crate::calibration::Calibration;
 use crate::cost_model::ModelConfig;
-use crate::qos::{CapsConfig, QosConfig};
+use crate::qos::{CapsConfig, Class, QosConfig, ReserveConfig};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -47,7 +48,7 @@ pub struct GroupOverride {
 }
 
 /// Runtime overrides of a volume.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct VolumeOverride {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -58,6 +59,11 @@ pub struct VolumeOverride {
     /// `{}` = caps removed at runtime.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caps: Option<CapsConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<Class>,
+    /// `{}` = reservation removed at runtime.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserve: Option<ReserveConfig>,
 }
 
 /// Everything changed at runtime.
@@ -192,6 +198,11 @@ mod tests {
                 caps: Some(CapsConfig {
                     iops: 2000,
                     ..CapsConfig::default()
+                }),
+                class: Some(Class::Background),
+                reserve: Some(ReserveConfig {
+                    pct: 5.0,
+                    ..ReserveConfig::default()
                 }),
             },
         );

@@ -482,23 +482,82 @@ impl QosDevice {
     /// the reservations of all volumes would take more of the device than may be
     /// reserved.
     pub fn set_reserve(&self, name: &str, reserve: Option<&ReserveConfig>) -> Result<(), QosError> {
-        let reserve = reserve.filter(|r| r.is_set());
-        if let Some(r) = reserve {
+        self.set_service(name, None, Some(reserve))
+    }
+
+    /// Set a volume's class (design §13). An active volume leaves the weight tree and
+    /// re-enters with its new weight at once, so its neighbours' shares change from their
+    /// next admission on. Refused like [`QosDevice::set_reserve`] when a background
+    /// volume's floor would not fit.
+    pub fn set_class(&self, name: &str, class: Class) -> Result<(), QosError> {
+        self.set_service(name, Some(class), None)
+    }
+
+    /// Change a volume's class and/or reservation in one step, checked together:
+    /// `None` keeps a setting; a reservation of `Some(None)` removes it.
+    pub fn set_service(
+        &self,
+        name: &str,
+        class: Option<Class>,
+        reserve: Option<Option<&ReserveConfig>>,
+    ) -> Result<(), QosError> {
+        let reserve = reserve.map(|r| r.filter(|r| r.is_set()).copied());
+        if let Some(Some(r)) = &reserve {
             r.validate().map_err(QosError::InvalidConfig)?;
         }
         let mut st = self.shared.lock();
         let id = Self::node_id(&st, name)?;
-        if st.tree.nodes[id].volume.is_none() {
+        let Some(core) = st.tree.nodes[id].volume.clone() else {
             return Err(QosError::NotAVolume(name.to_owned()));
+        };
+        let node = &mut st.tree.nodes[id];
+        let (old_background, old_reserve) = (node.background, node.reserve);
+        let background = class.map_or(old_background, Class::is_background);
+        node.background = background;
+        if let Some(r) = reserve {
+            node.reserve = r;
         }
-        let old = std::mem::replace(&mut st.tree.nodes[id].reserve, reserve.copied());
         let cfg = self.shared.cfg();
         if let Err(e) = Self::check_reservations(&st, &*cfg.model, cfg.qos.min, id) {
-            st.tree.nodes[id].reserve = old;
+            let node = &mut st.tree.nodes[id];
+            (node.background, node.reserve) = (old_background, old_reserve);
             return Err(e);
         }
         self.apply_reservations(&st);
+        if background != old_background {
+            self.change_class_locked(&mut st, id, &core, background);
+        }
         Ok(())
+    }
+
+    /// Re-enter volume `id` into the weight tree as (not) background, its flag already
+    /// set (device lock held).
+    fn change_class_locked(
+        &self,
+        st: &mut DeviceState,
+        id: NodeId,
+        core: &VolumeCore,
+        background: bool,
+    ) {
+        let cells = Arc::clone(&st.tree.nodes[id].weights);
+        let active = cells.active.load(Relaxed) != 0;
+        if active {
+            // Leave the sums as the old class (propagate reads the flag) ...
+            st.tree.nodes[id].background = !background;
+            st.tree.propagate(id, 0, 0, None);
+            st.tree.nodes[id].background = background;
+        }
+        core.background.store(background, Relaxed);
+        let w = Self::competing_weight(cells.configured.load(Relaxed), background);
+        cells.weight.store(w, Relaxed);
+        if active {
+            // ... and re-enter as the new one.
+            let now = self.shared.now();
+            st.tree.propagate(id, w, w, Some(now.vnow));
+        }
+        st.tree.weights_updated = true;
+        st.tree.commit_weights(&self.shared.hweight_gen);
+        core.invalidate_hweights(self.shared.hweight_gen.load(Acquire));
     }
 
     /// The reserved share (ppm) of volume `id`: its `reserve`, or a background volume's
@@ -558,48 +617,6 @@ impl QosDevice {
         let st = self.shared.lock();
         let id = Self::node_id(&st, name)?;
         Ok(st.tree.nodes[id].reserve)
-    }
-
-    /// Set a volume's class (design §13). An active volume leaves the weight tree and
-    /// re-enters with its new weight at once, so its neighbours' shares change from their
-    /// next admission on.
-    pub fn set_class(&self, name: &str, class: Class) -> Result<(), QosError> {
-        let mut st = self.shared.lock();
-        let id = Self::node_id(&st, name)?;
-        let Some(core) = st.tree.nodes[id].volume.clone() else {
-            return Err(QosError::NotAVolume(name.to_owned()));
-        };
-        let background = class.is_background();
-        if st.tree.nodes[id].background == background {
-            return Ok(());
-        }
-        st.tree.nodes[id].background = background;
-        let cfg = self.shared.cfg();
-        if let Err(e) = Self::check_reservations(&st, &*cfg.model, cfg.qos.min, id) {
-            st.tree.nodes[id].background = !background;
-            return Err(e);
-        }
-        self.apply_reservations(&st);
-        let cells = Arc::clone(&st.tree.nodes[id].weights);
-        let active = cells.active.load(Relaxed) != 0;
-        if active {
-            // Leave the sums as the old class (propagate reads the flag) ...
-            st.tree.nodes[id].background = !background;
-            st.tree.propagate(id, 0, 0, None);
-            st.tree.nodes[id].background = background;
-        }
-        core.background.store(background, Relaxed);
-        let w = Self::competing_weight(cells.configured.load(Relaxed), background);
-        cells.weight.store(w, Relaxed);
-        if active {
-            // ... and re-enter as the new one.
-            let now = self.shared.now();
-            st.tree.propagate(id, w, w, Some(now.vnow));
-        }
-        st.tree.weights_updated = true;
-        st.tree.commit_weights(&self.shared.hweight_gen);
-        core.invalidate_hweights(self.shared.hweight_gen.load(Acquire));
-        Ok(())
     }
 
     /// The state the planner steers (`planner::Planner`).

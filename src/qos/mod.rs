@@ -45,7 +45,9 @@
 //!   margins, vrate bounds);
 //! * [`weights`] / [`tree`]: weights, hweights and their propagation;
 //! * [`device`]: [`QosDevice`]; [`volume`]: [`VolumeQos`] and the issue path;
-//! * [`request`]: the request/decision types; [`stats`]: statistics snapshots.
+//! * [`request`]: the request/decision types; [`stats`]: statistics snapshots;
+//! * [`caps`], [`class`], [`reserve`]: hard limits, the background class and
+//!   reservations (design §12–§14).
 //!
 //! # Deviations from the kernel, in one place
 //!
@@ -72,6 +74,8 @@
 //! * vnow runs at the base vrate: budget the planner discards is not handed out again
 //!   (design §5.8).
 //! * Caps ([`caps`], design §12) are checked before the vtime decision.
+//! * Classes the kernel does not have: background volumes ([`class`], design §13) and
+//!   reservations ([`reserve`], design §14), which admit what the vtime decision refuses.
 
 pub(crate) mod caps;
 pub(crate) mod class;

@@ -258,3 +258,77 @@ fn set_qos_and_set_model_apply_at_once() {
         Err(QosError::InvalidConfig(_))
     ));
 }
+
+/// A background volume weighs a thousandth, and so does a group holding only background
+/// volumes: a foreground volume in a sibling group of equal weight gets 99.9 % when both
+/// are active, the whole device when the background one leaves, and the group's weight
+/// again as soon as a foreground volume joins it. Changing the class of an active volume
+/// re-enters it at once.
+#[test]
+fn background_weighs_a_thousandth_at_every_level() {
+    let (dev, _clock) = device(&qos_10ms());
+    dev.add_group("A", None, 100).unwrap();
+    dev.add_group("B", None, 100).unwrap();
+    let fg = dev.add_volume("fg", Some("A"), 100).unwrap();
+    let bg = dev.add_volume("bg", Some("B"), 100).unwrap();
+    dev.set_class("bg", Class::Background).unwrap();
+    go(fg.admit(&io_us(1)));
+    go(bg.admit(&io_us(1)));
+    let pct = |v: &VolumeQos| v.stats().hweight_active;
+    assert!(
+        pct(&fg) > 99.8 && pct(&bg) < 0.2,
+        "{} {}",
+        pct(&fg),
+        pct(&bg)
+    );
+    let fg2 = dev.add_volume("fg2", Some("B"), 100).unwrap();
+    go(fg2.admit(&io_us(1)));
+    // B has a foreground member now: 50/50 between the groups, bg ~nothing inside B.
+    assert!((pct(&fg) - 50.0).abs() < 0.1, "{}", pct(&fg));
+    assert!(
+        (pct(&fg2) - 50.0).abs() < 0.1 && pct(&bg) < 0.1,
+        "{} {}",
+        pct(&fg2),
+        pct(&bg)
+    );
+    dev.set_class("bg", Class::Normal).unwrap();
+    assert!((pct(&bg) - 25.0).abs() < 0.1, "{}", pct(&bg));
+    assert_eq!(dev.volumes()[1].class, Class::Normal);
+    assert_eq!(dev.volumes()[1].weight, 100);
+}
+
+/// Reservations are checked at every change, and a refused one changes nothing.
+#[test]
+fn reservations_beyond_what_may_be_reserved_are_refused() {
+    let (dev, _clock) = device(&qos_10ms());
+    dev.add_volume("a", None, 100).unwrap();
+    dev.add_volume("b", None, 100).unwrap();
+    let pct = |p: f64| ReserveConfig {
+        pct: p,
+        ..ReserveConfig::default()
+    };
+    dev.set_reserve("a", Some(&pct(50.0))).unwrap();
+    let err = dev.set_reserve("b", Some(&pct(30.0))).unwrap_err();
+    assert!(
+        matches!(err, QosError::Overcommitted { total_pct, reservable_pct, .. }
+            if (total_pct - 80.0).abs() < 1e-9 && (reservable_pct - 72.0).abs() < 1e-9),
+        "{err}"
+    );
+    assert_eq!(dev.reserve("b").unwrap(), None);
+    // A background volume without a reservation of its own has a 1 % floor, which counts.
+    dev.set_reserve("b", Some(&pct(21.5))).unwrap();
+    dev.add_volume("c", None, 100).unwrap();
+    let err = dev.set_class("c", Class::Background).unwrap_err();
+    assert!(matches!(err, QosError::Overcommitted { .. }), "{err}");
+    assert_eq!(dev.volumes()[2].class, Class::Normal);
+    dev.set_reserve("b", Some(&pct(21.0))).unwrap();
+    dev.set_class("c", Class::Background).unwrap();
+    // A higher vrate floor allows more.
+    dev.set_qos(&QosConfig {
+        min: 95.0,
+        ..qos_10ms()
+    })
+    .unwrap();
+    dev.set_reserve("b", Some(&pct(34.0))).unwrap();
+    assert!(dev.set_qos(&qos_10ms()).is_err());
+}

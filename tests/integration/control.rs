@@ -457,6 +457,12 @@ fn restart_keeps_runtime_changes() {
     );
     ok(
         &d,
+        "PATCH",
+        "/v1/volumes/b",
+        Some(json!({"class": "background", "reserve": {"iops": 100}})),
+    );
+    ok(
+        &d,
         "PUT",
         "/v1/device/qos",
         Some(json!({"min": 60.0, "max": 120.0})),
@@ -491,6 +497,14 @@ fn restart_keeps_runtime_changes() {
     let b = ok(&d, "GET", "/v1/volumes/b", None);
     assert_eq!(b["weight"], json!({"value": 300, "source": "config"}));
     assert_eq!(b["caps"], json!({"value": {}, "source": "config"}));
+    assert_eq!(
+        b["class"],
+        json!({"value": "background", "source": "runtime"})
+    );
+    assert_eq!(
+        b["reserve"],
+        json!({"value": {"iops": 100}, "source": "runtime"})
+    );
     let g = ok(&d, "GET", "/v1/groups/tenant-b", None);
     assert_eq!(g["weight"], json!({"value": 900, "source": "runtime"}));
     assert_eq!(g["volumes"], json!(["a"]));

@@ -3,6 +3,7 @@
 
 mod bench;
 mod caps;
+mod classes;
 mod client;
 mod control;
 mod daemon;

@@ -1,0 +1,173 @@
+//! Service classes on the real data path: reservations (`[[volume]] reserve`) and the
+//! background class, and changing them over REST under load.
+//!
+//! The device is a file with the `SLOW_MODEL` cost model (4000 random reads per second,
+//! vrate pinned at 100 %): QoS, not this machine's CPU or disk, is the bottleneck, so the
+//! shares are the controller's and not the suite's noise.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use vhost_iocost::control::client;
+use vhost_iocost::loadgen;
+
+use crate::daemon::{config, control_get, volume, volume_stats, DaemonProcess, SLOW_MODEL};
+use crate::devices::{reader, DEFAULTS};
+
+fn patch(d: &DaemonProcess, body: serde_json::Value) -> client::Response {
+    client::request(
+        &d.path("control.sock"),
+        "PATCH",
+        "/v1/volumes/x",
+        Some(&body.to_string()),
+    )
+    .unwrap()
+}
+
+/// A volume reserving 30 % of the device (1200 of the model's 4000 reads per second)
+/// gets ≥ 95 % of it beside three backlogged aggressors of equal weight, which by weight
+/// alone would leave it 25 % (1000). Admissions on the reservation are counted.
+#[test]
+fn a_reservation_of_30_percent_holds_beside_three_aggressors() {
+    let d = DaemonProcess::start(&config(
+        &format!("{SLOW_MODEL}{DEFAULTS}"),
+        &(volume("r", 0, 16, "reserve = { pct = 30.0 }")
+            + &volume("a1", 16, 16, "")
+            + &volume("a2", 32, 16, "")
+            + &volume("a3", 48, 16, "")),
+    ));
+    let names = ["r", "a1", "a2", "a3"];
+    let specs: Vec<_> = names.iter().map(|n| reader(&d, n, 8, 3)).collect();
+    let results = loadgen::run(&specs).unwrap();
+    let iops: Vec<f64> = results.iter().map(|r| r.iops).collect();
+    eprintln!("IOPS r, a1, a2, a3: {iops:?}");
+    assert!(results.iter().all(|r| r.errors == 0));
+    assert!(iops[0] >= 0.95 * 1200.0, "{iops:?}");
+    for s in &results[0].per_second {
+        assert!(
+            s.iops as f64 >= 0.95 * 1200.0,
+            "{:?}",
+            results[0].per_second
+        );
+    }
+    assert!(volume_stats(&d, "r")["reserved"].as_u64().unwrap() > 0);
+    assert_eq!(volume_stats(&d, "a1")["reserved"], 0);
+}
+
+/// A background reader beside a backlogged foreground reader gets its floor (1 % of the
+/// device, 40 reads per second here) and no more, so the foreground keeps ≥ 90 % of the
+/// device; when the foreground stops the background reader takes the device.
+#[test]
+fn a_background_volume_yields_to_the_foreground_and_fills_idle_time() {
+    let d = DaemonProcess::start(&config(
+        &format!("{SLOW_MODEL}{DEFAULTS}"),
+        &(volume("fg", 0, 16, "") + &volume("bg", 16, 16, "class = \"background\"")),
+    ));
+    let results = loadgen::run(&[reader(&d, "fg", 8, 3), reader(&d, "bg", 8, 6)]).unwrap();
+    let (fg, bg) = (&results[0], &results[1]);
+    assert_eq!(fg.errors + bg.errors, 0);
+    let bg_seconds: Vec<u64> = bg.per_second.iter().map(|s| s.iops).collect();
+    eprintln!("fg {:.0} IOPS; bg per second {bg_seconds:?}", fg.iops);
+    assert!(fg.iops >= 0.9 * 4000.0, "fg {:.0} IOPS", fg.iops);
+    // While the foreground runs (its 3 s after the ramp), the background has its floor.
+    for &n in &bg_seconds[..2] {
+        assert!((1..=400).contains(&n), "{bg_seconds:?}");
+    }
+    // A second after the foreground stopped, the background has the device.
+    assert!(*bg_seconds.last().unwrap() >= 3600, "{bg_seconds:?}");
+    assert!(volume_stats(&d, "bg")["background_held"].as_u64().unwrap() > 0);
+}
+
+/// Class and reservation changed over REST while both volumes are backlogged: a
+/// reservation of 70 % shows in admissions on the reservation within two planning
+/// periods and holds the volume at ≥ 95 % of it; one that would bring the total over
+/// what may be reserved is refused with 409 and the numbers, changing nothing; making
+/// the other volume background takes its share away within two periods. Both are shown
+/// as runtime settings.
+#[test]
+fn class_and_reserve_changed_over_rest_apply_under_load() {
+    let d = DaemonProcess::start(&config(
+        &format!("{SLOW_MODEL}{DEFAULTS}"),
+        &(volume("x", 0, 16, "") + &volume("y", 16, 16, "")),
+    ));
+    let period =
+        Duration::from_micros(control_get(&d, "/v1/device")["period_us"].as_u64().unwrap());
+    let specs = [reader(&d, "x", 8, 5), reader(&d, "y", 8, 5)];
+    let load = std::thread::spawn(move || loadgen::run(&specs));
+    while ["x", "y"]
+        .iter()
+        .any(|v| volume_stats(&d, v)["hweight_active_pct"] != 50.0)
+    {}
+    let start = Instant::now();
+
+    let r = patch(&d, json!({"reserve": {"pct": 70}}));
+    assert_eq!(r.status, 200, "{}", r.error_message());
+    let changed = Instant::now();
+    while volume_stats(&d, "x")["reserved"].as_u64().unwrap() == 0 {
+        assert!(
+            changed.elapsed() < 2 * period,
+            "no reserved admission within two periods"
+        );
+    }
+    let r = client::request(
+        &d.path("control.sock"),
+        "PATCH",
+        "/v1/volumes/y",
+        Some(&json!({"reserve": {"pct": 30}, "weight": 500}).to_string()),
+    )
+    .unwrap();
+    assert_eq!(r.status, 409);
+    let message = r.error_message();
+    assert!(
+        message.contains("100.0 %") && message.contains("90.0 %"),
+        "{message}"
+    );
+    let y = control_get(&d, "/v1/volumes/y");
+    assert_eq!(y["reserve"], json!({"value": {}, "source": "config"}));
+    assert_eq!(
+        y["weight"]["value"], 100,
+        "a refused request changes nothing"
+    );
+
+    std::thread::sleep((start + Duration::from_secs(2)).saturating_duration_since(Instant::now()));
+    let r = client::request(
+        &d.path("control.sock"),
+        "PATCH",
+        "/v1/volumes/y",
+        Some(&json!({"class": "background"}).to_string()),
+    )
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", r.error_message());
+    let changed = Instant::now();
+    while volume_stats(&d, "y")["hweight_active_pct"]
+        .as_f64()
+        .unwrap()
+        >= 1.0
+    {
+        assert!(
+            changed.elapsed() < 2 * period,
+            "y still has its share after two periods"
+        );
+    }
+    let x = control_get(&d, "/v1/volumes/x");
+    assert_eq!(
+        x["reserve"],
+        json!({"value": {"pct": 70.0}, "source": "runtime"})
+    );
+    let y = control_get(&d, "/v1/volumes/y");
+    assert_eq!(
+        y["class"],
+        json!({"value": "background", "source": "runtime"})
+    );
+
+    let results = load.join().unwrap().unwrap();
+    let (x, y) = (&results[0], &results[1]);
+    assert_eq!(x.errors + y.errors, 0);
+    let xs: Vec<u64> = x.per_second.iter().map(|s| s.iops).collect();
+    let ys: Vec<u64> = y.per_second.iter().map(|s| s.iops).collect();
+    eprintln!("x per second {xs:?}, y per second {ys:?}");
+    // The second ending at 2 s (the reservation in force): x ≥ 95 % of 2800.
+    assert!(xs[1] as f64 >= 0.95 * 2800.0, "{xs:?}");
+    // The last seconds (y background): x has ≥ 90 % of the device.
+    assert!(*xs.last().unwrap() as f64 >= 0.9 * 4000.0, "{xs:?} {ys:?}");
+}
