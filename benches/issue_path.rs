@@ -56,6 +56,7 @@ fn admit_complete_batch32(c: &mut Criterion) {
                 };
                 if let Decision::Go(ch) = vol.admit_at(black_box(&io), now) {
                     let timing = Timing {
+                        arrived_ns: now,
                         admitted_ns: now,
                         submitted_ns: now,
                         completed_ns: now + 1,

@@ -68,8 +68,16 @@ impl Daemon {
                 )
                 .map_err(|e| DaemonError::Qos(format!("volume {}: {e}", v.name)))?;
             qos.set_caps(&v.name, v.caps.as_ref())
-                .and_then(|()| qos.set_class(&v.name, v.class))
-                .and_then(|()| qos.set_reserve(&v.name, v.reserve.as_ref()))
+                .and_then(|()| {
+                    qos.set_service(
+                        &v.name,
+                        &crate::qos::ServiceChange {
+                            class: Some(v.class),
+                            latency_target: v.latency_target,
+                            reserve: Some(v.reserve),
+                        },
+                    )
+                })
                 .map_err(|e| DaemonError::Qos(format!("volume {}: {e}", v.name)))?;
             let mut volume = Volume::new(v, shared.clone(), handle);
             volume.socket_gid = v.socket_gid(i)?;

@@ -15,6 +15,8 @@ pub(crate) struct Parked<R, T> {
     pub io: IoRequest,
     /// Set once admission control admitted it.
     pub ticket: Option<T>,
+    /// When it arrived.
+    pub arrived_ns: u64,
     /// When it was admitted (0 until then).
     pub admitted_ns: u64,
 }
@@ -45,11 +47,13 @@ impl<R, T> Default for AdmitQueue<R, T> {
 }
 
 impl<R, T> AdmitQueue<R, T> {
-    pub fn push(&mut self, req: R, io: IoRequest) {
+    /// Queue a request that arrived at `now_ns`.
+    pub fn push(&mut self, req: R, io: IoRequest, now_ns: u64) {
         self.fifo.push_back(Parked {
             req,
             io,
             ticket: None,
+            arrived_ns: now_ns,
             admitted_ns: 0,
         });
     }
@@ -201,7 +205,7 @@ mod tests {
     fn queue(offsets: &[u64]) -> AdmitQueue<u64, u32> {
         let mut q = AdmitQueue::default();
         for &o in offsets {
-            q.push(o, io(o));
+            q.push(o, io(o), 0);
         }
         q
     }

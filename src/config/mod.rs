@@ -171,9 +171,13 @@ pub struct VolumeConfig {
     /// Hard limits on IOPS and bandwidth, with QEMU's throttling semantics.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caps: Option<crate::qos::CapsConfig>,
-    /// `normal`, or `background`: served from what the others leave idle.
+    /// `normal`; `latency`: meets `latency_target`; `background`: served from what the
+    /// others leave idle.
     #[serde(default)]
     pub class: crate::qos::Class,
+    /// The latency class's target, `"p99 2ms"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_target: Option<crate::qos::LatencyTarget>,
     /// The minimum the volume gets while it has demand, whatever the weights.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reserve: Option<crate::qos::ReserveConfig>,
@@ -376,6 +380,12 @@ impl Config {
             }
             check_weight(&v.key(i, "weight"), v.weight)?;
             check_caps(&|f: &str| v.key(i, f), v.caps.as_ref())?;
+            if v.class == crate::qos::Class::Latency && v.latency_target.is_none() {
+                return Err(invalid(
+                    v.key(i, "latency_target"),
+                    "class = \"latency\" needs a target, e.g. \"p99 2ms\"",
+                ));
+            }
             if let Some(r) = &v.reserve {
                 r.validate().map_err(|e| match e.split_once(": ") {
                     Some((field, message)) => invalid(v.key(i, field), message),

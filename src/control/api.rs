@@ -6,7 +6,7 @@
 //! in the state file, see [`super::state`]).
 
 use crate::cost_model::ModelConfig;
-use crate::qos::{CapsConfig, Class, QosConfig, ReserveConfig};
+use crate::qos::{CapsConfig, Class, LatencyTarget, QosConfig, ReserveConfig};
 use serde::{Deserialize, Serialize};
 
 /// Where a value comes from.
@@ -70,8 +70,10 @@ pub struct VolumePatch {
     pub group: Option<String>,
     /// New caps; `{}` removes them.
     pub caps: Option<CapsConfig>,
-    /// `"normal"` or `"background"`.
+    /// `"normal"`, `"latency"` or `"background"`.
     pub class: Option<Class>,
+    /// The latency class's target, `"p99 2ms"`.
+    pub latency_target: Option<LatencyTarget>,
     /// New reservation; `{}` removes it.
     pub reserve: Option<ReserveConfig>,
 }
@@ -130,6 +132,8 @@ pub struct VolumeView {
     /// The volume's own caps (`{}`: none); its groups' caps apply too.
     pub caps: Sourced<CapsConfig>,
     pub class: Sourced<Class>,
+    /// The latency class's target (null when none was given).
+    pub latency_target: Sourced<Option<LatencyTarget>>,
     /// The volume's reservation (`{}`: none; a background volume then has a 1 % floor).
     pub reserve: Sourced<ReserveConfig>,
     pub socket: String,

@@ -15,7 +15,7 @@ use crate::backend::volume::Volume;
 use crate::calibration::Calibration;
 use crate::config::{Config, ROOT_GROUP};
 use crate::cost_model::ModelConfig;
-use crate::qos::{CapsConfig, QosConfig, QosDevice, VolumeQos};
+use crate::qos::{CapsConfig, QosConfig, QosDevice, ServiceChange, VolumeQos};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -166,6 +166,7 @@ impl Control {
                 || o.group.is_some()
                 || o.caps.is_some()
                 || o.class.is_some()
+                || o.latency_target.is_some()
                 || o.reserve.is_some()
         });
         if let Some(m) = &st.model {
@@ -199,9 +200,14 @@ impl Control {
             if let Some(caps) = &o.caps {
                 self.qos.set_caps(name, Some(caps)).map_err(in_state_file)?;
             }
-            if o.class.is_some() || o.reserve.is_some() {
+            let service = ServiceChange {
+                class: o.class,
+                latency_target: o.latency_target,
+                reserve: o.reserve.map(Some),
+            };
+            if service != ServiceChange::default() {
                 self.qos
-                    .set_service(name, o.class, o.reserve.as_ref().map(Some))
+                    .set_service(name, &service)
                     .map_err(in_state_file)?;
             }
         }
@@ -415,6 +421,10 @@ impl Control {
                 value: info.as_ref().map(|i| i.class).unwrap_or_default(),
                 source: Sourced::pick((), o.and_then(|o| o.class).map(|_| ())).source,
             },
+            latency_target: Sourced {
+                value: info.as_ref().and_then(|i| i.latency_target),
+                source: Sourced::pick((), o.and_then(|o| o.latency_target).map(|_| ())).source,
+            },
             reserve: Sourced {
                 value: self.qos.reserve(&v.name).ok().flatten().unwrap_or_default(),
                 source: Sourced::pick((), o.and_then(|o| o.reserve).map(|_| ())).source,
@@ -471,22 +481,27 @@ impl Control {
                 None => ApiError::field("reserve", e),
             })?;
         }
-        if patch.class.is_some() || patch.reserve.is_some() {
+        let service = ServiceChange {
+            class: patch.class,
+            latency_target: patch.latency_target,
+            reserve: patch.reserve.map(Some),
+        };
+        if service != ServiceChange::default() {
             // First: the one change that can be refused for what it asks (409).
-            let (class, reserve) = (patch.class, patch.reserve);
             self.commit(
                 |s| {
                     let o = s.volumes.entry(name.to_owned()).or_default();
-                    o.class = class.or(o.class);
-                    o.reserve = reserve.or(o.reserve);
+                    o.class = patch.class.or(o.class);
+                    o.latency_target = patch.latency_target.or(o.latency_target);
+                    o.reserve = patch.reserve.or(o.reserve);
                 },
                 || {
                     self.qos
-                        .set_service(name, class, reserve.as_ref().map(Some))
+                        .set_service(name, &service)
                         .map_err(ApiError::from_qos)
                 },
             )?;
-            tracing::info!(volume = %name, ?class, ?reserve, "control: service class changed");
+            tracing::info!(volume = %name, ?service, "control: service class changed");
         }
         if let Some(caps) = patch.caps {
             self.patch_caps(name, caps, |s| {

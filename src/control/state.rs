@@ -27,7 +27,7 @@
 
 use crate::calibration::Calibration;
 use crate::cost_model::ModelConfig;
-use crate::qos::{CapsConfig, Class, QosConfig, ReserveConfig};
+use crate::qos::{CapsConfig, Class, LatencyTarget, QosConfig, ReserveConfig};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -61,6 +61,8 @@ pub struct VolumeOverride {
     pub caps: Option<CapsConfig>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub class: Option<Class>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_target: Option<LatencyTarget>,
     /// `{}` = reservation removed at runtime.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reserve: Option<ReserveConfig>,
@@ -199,7 +201,8 @@ mod tests {
                     iops: 2000,
                     ..CapsConfig::default()
                 }),
-                class: Some(Class::Background),
+                class: Some(Class::Latency),
+                latency_target: Some(LatencyTarget::parse("p99 2ms").unwrap()),
                 reserve: Some(ReserveConfig {
                     pct: 5.0,
                     ..ReserveConfig::default()

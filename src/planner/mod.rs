@@ -35,6 +35,7 @@ pub(crate) mod classify;
 pub(crate) mod donation;
 pub(crate) mod idle;
 pub(crate) mod lat_stat;
+pub(crate) mod latency_class;
 pub(crate) mod latency_floor;
 mod state;
 pub(crate) mod usage;
@@ -141,6 +142,9 @@ fn plan(dev: &DeviceShared, ps: &mut PlannerState) -> u64 {
     }
     idle::deactivate_idle(dev, st, &ctx);
     usage::flush(st, ps.books(st.tree.nodes.len()), elapsed_ns);
+    let verdict = latency_class::steer(dev, st, ps.books(st.tree.nodes.len()), now.now_ns);
+    ps.latency_class.device_miss |= verdict.device_miss;
+    ps.latency_class.unmet = verdict.unmet;
     let (demand, _usage_us_sum) = classify::classify(dev, st, ps, &ctx);
     let nr_donors = ps.scratch.surpluses.len() as u32;
     if nr_donors > 0 && demand.nr_shortages > 0 {
@@ -189,6 +193,15 @@ fn plan(dev: &DeviceShared, ps: &mut PlannerState) -> u64 {
         );
         st.busy_level =
             busy::next_busy_level(st.busy_level, &lat, trend, &demand, busy::aim(ctx.ppm_thr));
+        // The latency class (design §15): a volume missing its own target on the device
+        // counts as a miss; one above its margin keeps vrate from rising.
+        let class = ps.latency_class;
+        ps.latency_class.device_miss = false;
+        if class.device_miss {
+            st.busy_level = (st.busy_level.max(0) + 1).min(busy::BUSY_LEVEL_MAX);
+        } else if class.unmet && st.busy_level < 0 {
+            st.busy_level = 0;
+        }
         if lat.grossly_missed(ctx.ppm_thr, targets_us) {
             ps.gross_streak = ps.gross_streak.saturating_add(1);
         } else if !lat.no_samples(ctx.ppm_thr) {

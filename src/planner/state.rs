@@ -15,6 +15,8 @@ pub(crate) struct PlannerState {
     pub lat_floors: LatFloors,
     /// Consecutive windows with a gross latency miss (see `vrate`).
     pub gross_streak: u32,
+    /// What the latency class found since the device's latency was last judged.
+    pub latency_class: super::latency_class::Verdict,
     pub scratch: Scratch,
     /// Indexed by tree node id; grown with the tree (see [`PlannerState::books`]).
     nodes: Vec<NodeBook>,
@@ -66,4 +68,11 @@ pub(crate) struct NodeBook {
     pub t: u64,
     pub t_prime: u64,
     pub child_adjusted_sum: u64,
+    // --- the latency class (design §15) ---
+    /// Windows in a row that met the target with margin.
+    pub latency_met_streak: u32,
+    /// The boost changed: the next window shows the old boost's effect, skip it.
+    pub latency_skip: bool,
+    /// Above the margin at the last judgment: vrate must not rise.
+    pub latency_unmet: bool,
 }

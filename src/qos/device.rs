@@ -35,17 +35,17 @@ use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize,
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::cost_model::{CostModel, ModelConfig};
-use crate::vtime::{VTIME_PER_USEC, WEIGHT_ONE};
+use crate::vtime::VTIME_PER_USEC;
 
 use super::caps::{CapsConfig, NodeCaps};
-use super::class::{Class, BACKGROUND_FLOOR_PPM};
+use super::class::{Class, ServiceChange, BACKGROUND_FLOOR_PPM};
 use super::clock::Clock;
 use super::config::QosConfig;
 use super::error::QosError;
 use super::params::{Margins, QosParams};
 use super::reserve::{reservable_ppm, ReserveConfig};
 use super::stats::{DeviceStats, PeriodRecord};
-use super::tree::{background_weight, NodeId, Tree, ROOT};
+use super::tree::{NodeId, Tree, ROOT};
 use super::vclock::{Now, VClock};
 use super::volume::{rate_to_ppm, VolumeCore, VolumeQos};
 use super::weights::NodeWeights;
@@ -152,6 +152,25 @@ impl DeviceShared {
         }
     }
 
+    /// Publish node `id`'s competing weight after its configured weight, class or boost
+    /// changed (device lock held): an active node's share changes at once.
+    pub(crate) fn refresh_weight(&self, st: &mut DeviceState, id: NodeId) {
+        let w = st.tree.nodes[id].competing_weight();
+        let cells = Arc::clone(&st.tree.nodes[id].weights);
+        if w == cells.weight.load(Relaxed) {
+            return;
+        }
+        // Parents read their own weight while propagating, so store it first for groups;
+        // a volume's weight only enters through `active`.
+        cells.weight.store(w, Relaxed);
+        if cells.active.load(Relaxed) != 0 {
+            let now = self.now();
+            st.tree
+                .propagate(id, w, cells.inuse.load(Relaxed), Some(now.vnow));
+            st.tree.commit_weights(&self.hweight_gen);
+        }
+    }
+
     /// Consistent wall + virtual time snapshot (design §3.1).
     pub(crate) fn now(&self) -> Now {
         self.now_at(self.clock.now_ns())
@@ -231,7 +250,7 @@ impl DeviceShared {
 }
 
 /// A group or volume as the control plane sees it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct NodeInfo {
     pub name: String,
     /// User weight, 1..=10000.
@@ -242,6 +261,8 @@ pub struct NodeInfo {
     pub caps: Option<CapsConfig>,
     /// Volumes: the class (groups: `Normal`).
     pub class: Class,
+    /// Volumes: the latency target (used in class `latency`).
+    pub latency_target: Option<super::class::LatencyTarget>,
 }
 
 /// The QoS controller of one host disk.
@@ -450,58 +471,41 @@ impl QosDevice {
     }
 
     fn set_weight_locked(&self, st: &mut DeviceState, id: NodeId, weight: u32) {
-        let node = &st.tree.nodes[id];
-        let cells = Arc::clone(&node.weights);
-        cells.configured.store(weight, Relaxed);
-        let w = Self::competing_weight(weight, node.background);
-        if w != cells.weight.load(Relaxed) {
-            let active = cells.active.load(Relaxed);
-            // Parents read their own weight while propagating, so store it first for
-            // groups; a volume's weight only enters through `active`.
-            cells.weight.store(w, Relaxed);
-            if active != 0 {
-                let now = self.shared.now();
-                st.tree
-                    .propagate(id, w, cells.inuse.load(Relaxed), Some(now.vnow));
-                st.tree.commit_weights(&self.shared.hweight_gen);
-            }
-        }
-    }
-
-    /// The weight (× W) a node of user weight `weight` competes with.
-    fn competing_weight(weight: u32, background: bool) -> u32 {
-        let w = weight * WEIGHT_ONE;
-        if background {
-            background_weight(w)
-        } else {
-            w
-        }
+        st.tree.nodes[id].weights.configured.store(weight, Relaxed);
+        self.shared.refresh_weight(st, id);
     }
 
     /// Set or clear a volume's reservation (design §14). Refused, changing nothing, when
     /// the reservations of all volumes would take more of the device than may be
     /// reserved.
     pub fn set_reserve(&self, name: &str, reserve: Option<&ReserveConfig>) -> Result<(), QosError> {
-        self.set_service(name, None, Some(reserve))
+        self.set_service(
+            name,
+            &ServiceChange {
+                reserve: Some(reserve.copied()),
+                ..ServiceChange::default()
+            },
+        )
     }
 
-    /// Set a volume's class (design §13). An active volume leaves the weight tree and
+    /// Set a volume's class (design §13, §15). An active volume leaves the weight tree and
     /// re-enters with its new weight at once, so its neighbours' shares change from their
     /// next admission on. Refused like [`QosDevice::set_reserve`] when a background
-    /// volume's floor would not fit.
+    /// volume's floor would not fit, and for class `latency` without a target.
     pub fn set_class(&self, name: &str, class: Class) -> Result<(), QosError> {
-        self.set_service(name, Some(class), None)
+        self.set_service(
+            name,
+            &ServiceChange {
+                class: Some(class),
+                ..ServiceChange::default()
+            },
+        )
     }
 
-    /// Change a volume's class and/or reservation in one step, checked together:
-    /// `None` keeps a setting; a reservation of `Some(None)` removes it.
-    pub fn set_service(
-        &self,
-        name: &str,
-        class: Option<Class>,
-        reserve: Option<Option<&ReserveConfig>>,
-    ) -> Result<(), QosError> {
-        let reserve = reserve.map(|r| r.filter(|r| r.is_set()).copied());
+    /// Change a volume's class, latency target and/or reservation in one step, checked
+    /// together; nothing changes when any part is refused.
+    pub fn set_service(&self, name: &str, change: &ServiceChange) -> Result<(), QosError> {
+        let reserve = change.reserve.map(|r| r.filter(|r| r.is_set()));
         if let Some(Some(r)) = &reserve {
             r.validate().map_err(QosError::InvalidConfig)?;
         }
@@ -511,21 +515,43 @@ impl QosDevice {
             return Err(QosError::NotAVolume(name.to_owned()));
         };
         let node = &mut st.tree.nodes[id];
-        let (old_background, old_reserve) = (node.background, node.reserve);
-        let background = class.map_or(old_background, Class::is_background);
-        node.background = background;
+        let class = change.class.unwrap_or(node.class());
+        let target = change.latency_target.or(node.latency_target);
+        if class == Class::Latency && target.is_none() {
+            return Err(QosError::InvalidConfig(
+                "latency_target: class \"latency\" needs a target, e.g. \"p99 2ms\"".into(),
+            ));
+        }
+        let old = (node.background, node.reserve);
+        node.background = class.is_background();
         if let Some(r) = reserve {
             node.reserve = r;
         }
         let cfg = self.shared.cfg();
         if let Err(e) = Self::check_reservations(&st, &*cfg.model, cfg.qos.min, id) {
             let node = &mut st.tree.nodes[id];
-            (node.background, node.reserve) = (old_background, old_reserve);
+            (node.background, node.reserve) = old;
             return Err(e);
         }
         self.apply_reservations(&st);
-        if background != old_background {
-            self.change_class_locked(&mut st, id, &core, background);
+        let node = &mut st.tree.nodes[id];
+        node.latency_target = target;
+        let latency = class == Class::Latency;
+        if node.latency != latency {
+            node.latency = latency;
+            node.boost = 1.0;
+            core.boost_ppm.store(1_000_000, Relaxed);
+            core.latency_class.store(latency, Relaxed);
+            let now_ns = self.shared.clock.now_ns();
+            core.hist
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .target
+                .reset(now_ns);
+            self.shared.refresh_weight(&mut st, id);
+        }
+        if class.is_background() != old.0 {
+            self.change_class_locked(&mut st, id, &core, class.is_background());
         }
         Ok(())
     }
@@ -548,7 +574,7 @@ impl QosDevice {
             st.tree.nodes[id].background = background;
         }
         core.background.store(background, Relaxed);
-        let w = Self::competing_weight(cells.configured.load(Relaxed), background);
+        let w = st.tree.nodes[id].competing_weight();
         cells.weight.store(w, Relaxed);
         if active {
             // ... and re-enter as the new one.
@@ -789,11 +815,8 @@ impl QosDevice {
                 .filter(|&p| p != ROOT)
                 .map(|p| st.tree.nodes[p].name.clone()),
             caps: n.caps.as_ref().map(|c| c.config),
-            class: if n.background {
-                Class::Background
-            } else {
-                Class::Normal
-            },
+            class: n.class(),
+            latency_target: n.latency_target,
         }
     }
 

@@ -118,13 +118,43 @@ fn lower_of(bucket: usize) -> u64 {
     (SUB as u64 + mant) << (exp - SUB_BITS)
 }
 
-/// Latency of one volume over the current period, the last full period and all time.
+/// Latency of one volume over the current period, the last full period and all time,
+/// and, for a latency-class volume, the window its target is judged over.
 #[derive(Debug, Default)]
 pub(crate) struct LatencyWindows {
     period: u64,
     current: Histogram,
     last: Histogram,
     pub all: Histogram,
+    pub target: TargetWindow,
+}
+
+/// What a latency-class volume's requests saw since its target was last judged
+/// (`planner::latency_class`): latency in the daemon, arrival to completion, and how much
+/// of it was waiting to be admitted and how much on the device.
+#[derive(Debug, Default)]
+pub(crate) struct TargetWindow {
+    pub total: Histogram,
+    pub wait_us: u64,
+    pub device_us: u64,
+    pub since_ns: u64,
+}
+
+impl TargetWindow {
+    pub(crate) fn record(&mut self, wait_us: u64, device_us: u64) {
+        self.total.record(wait_us + device_us);
+        self.wait_us = self.wait_us.saturating_add(wait_us);
+        self.device_us = self.device_us.saturating_add(device_us);
+    }
+
+    pub(crate) fn count(&self) -> u64 {
+        self.total.total
+    }
+
+    pub(crate) fn reset(&mut self, now_ns: u64) {
+        self.total.clear();
+        (self.wait_us, self.device_us, self.since_ns) = (0, 0, now_ns);
+    }
 }
 
 impl LatencyWindows {

@@ -36,6 +36,8 @@ pub struct Charge {
 /// When an admitted request passed each stage, in ns on the QoS clock.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Timing {
+    /// Arrived: popped from the virtqueue (any wait in the daemon starts here).
+    pub arrived_ns: u64,
     /// Admitted (any throttling wait ends here).
     pub admitted_ns: u64,
     /// Got a device slot and was submitted (device-queue wait ends here).

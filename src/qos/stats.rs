@@ -42,6 +42,8 @@ pub struct VolumeStats {
     /// Requests admitted on the volume's reservation after its weight's budget refused
     /// them.
     pub reserved: u64,
+    /// What the latency class multiplies the volume's weight by (1: none).
+    pub boost: f64,
     /// Reads and writes that met the latency target (device latency minus transfer time).
     pub lat_met: u64,
     /// Reads and writes that missed it.

@@ -53,6 +53,11 @@ pub(crate) struct TreeNode {
     pub background: bool,
     /// The volume's reservation as configured (design §14).
     pub reserve: Option<super::reserve::ReserveConfig>,
+    /// Class `latency` (design §15), with its target.
+    pub latency: bool,
+    pub latency_target: Option<super::class::LatencyTarget>,
+    /// What the latency class multiplies the volume's weight by (1 = no boost).
+    pub boost: f64,
     /// Active children that are foreground: normal or latency volumes, or groups with
     /// such a child. A group without one is itself background.
     pub fg_children: u32,
@@ -74,7 +79,33 @@ impl TreeNode {
             caps: None,
             background: false,
             reserve: None,
+            latency: false,
+            latency_target: None,
+            boost: 1.0,
             fg_children: 0,
+        }
+    }
+
+    /// The weight (× W) the node competes with (design §4.5, §13, §15): its configured
+    /// weight times the latency class's boost, at most [`WEIGHT_CAP`], reduced for a
+    /// background volume.
+    pub(crate) fn competing_weight(&self) -> u32 {
+        let w = f64::from(self.weights.configured.load(Relaxed)) * f64::from(WEIGHT_ONE);
+        let w = (w * self.boost).min(f64::from(WEIGHT_CAP)) as u32;
+        if self.background {
+            background_weight(w)
+        } else {
+            w
+        }
+    }
+
+    /// The node's class.
+    pub(crate) fn class(&self) -> super::class::Class {
+        use super::class::Class;
+        match (self.background, self.latency) {
+            (true, _) => Class::Background,
+            (false, true) => Class::Latency,
+            (false, false) => Class::Normal,
         }
     }
 
@@ -271,6 +302,10 @@ impl Tree {
 /// background volume of weight 100 beside a foreground one of weight 100 has a share of
 /// about 0.1 %.
 pub(crate) const BACKGROUND_DIVISOR: u32 = 1000;
+
+/// The largest weight (× W) a boosted node competes with: room for any sum of weights in
+/// the u32 cells.
+pub(crate) const WEIGHT_CAP: u32 = u32::MAX / 4;
 
 /// The weight a background node competes with.
 pub(crate) fn background_weight(weight: u32) -> u32 {

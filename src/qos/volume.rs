@@ -126,6 +126,10 @@ pub(crate) struct VolumeCore {
     pub background_inflight: AtomicU64,
     /// The reservation (design §14).
     pub reserve: ReserveBudget,
+    /// Class `latency` (design §15): completions feed `hist.target`.
+    pub latency_class: AtomicBool,
+    /// The latency class's boost of the weight, ppm (planner-written, for statistics).
+    pub boost_ppm: AtomicU64,
 }
 
 impl VolumeCore {
@@ -165,6 +169,8 @@ impl VolumeCore {
             background: AtomicBool::new(false),
             background_inflight: AtomicU64::new(0),
             reserve: ReserveBudget::default(),
+            latency_class: AtomicBool::new(false),
+            boost_ppm: AtomicU64::new(1_000_000),
         }
     }
 
@@ -392,11 +398,13 @@ impl VolumeQos {
         }
     }
 
-    /// Report a completion. `alloc_ns` = when admitted (after any throttling wait),
-    /// `start_ns` = when the request obtained a device slot, `done_ns` = device
-    /// completion; all on the QoS clock. See [`VolumeQos::complete_batch`].
+    /// Report a completion. `alloc_ns` = when admitted (after any throttling wait; taken
+    /// as its arrival too), `start_ns` = when the request obtained a device slot,
+    /// `done_ns` = device completion; all on the QoS clock. See
+    /// [`VolumeQos::complete_batch`].
     pub fn complete(&self, charge: &Charge, alloc_ns: u64, start_ns: u64, done_ns: u64) {
         let timing = Timing {
+            arrived_ns: alloc_ns,
             admitted_ns: alloc_ns,
             submitted_ns: start_ns,
             completed_ns: done_ns,
@@ -418,7 +426,14 @@ impl VolumeQos {
         let (mut met, mut missed) = ([0u32; 2], [0u32; 2]);
         let period = dev.cur_period.load(Relaxed);
         let mut h = v.hist.lock().unwrap_or_else(|e| e.into_inner());
+        let latency_class = v.latency_class.load(Relaxed);
         for (charge, t) in done {
+            if latency_class {
+                h.target.record(
+                    t.admitted_ns.saturating_sub(t.arrived_ns) / 1000,
+                    t.completed_ns.saturating_sub(t.admitted_ns) / 1000,
+                );
+            }
             cost = cost.wrapping_add(charge.cost);
             if charge.background {
                 background_done += charge.abs_cost;
@@ -547,6 +562,7 @@ impl VolumeQos {
             capped: v.io.capped.load(Relaxed),
             background_held: v.io.background_held.load(Relaxed),
             reserved: v.io.reserved.load(Relaxed),
+            boost: v.boost_ppm.load(Relaxed) as f64 / 1e6,
             lat_met: v.io.lat_met.load(Relaxed),
             lat_missed: v.io.lat_missed.load(Relaxed),
             lat_p50_us_period: p50p,

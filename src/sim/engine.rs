@@ -18,7 +18,7 @@ use std::sync::Arc;
 use crate::backend::admit_queue::{AdmitQueue, Next};
 use crate::cost_model::{CostInput, CostModel, IoKind};
 use crate::planner::Planner;
-use crate::qos::{Charge, IoRequest, ManualClock, QosDevice, VolumeQos};
+use crate::qos::{Charge, IoRequest, ManualClock, QosDevice, Timing, VolumeQos};
 
 use super::disk::Disk;
 use super::report::{Completion, SimResult, TracePoint};
@@ -115,8 +115,16 @@ pub fn run(sc: &Scenario) -> Result<SimResult, Error> {
             .add_volume(&v.name, v.group.as_deref(), v.weight)
             .map_err(|e| Error::Invalid(format!("volume {:?}: {e}", v.name)))?;
         qos.set_caps(&v.name, v.caps.as_ref())
-            .and_then(|()| qos.set_class(&v.name, v.class))
-            .and_then(|()| qos.set_reserve(&v.name, v.reserve.as_ref()))
+            .and_then(|()| {
+                qos.set_service(
+                    &v.name,
+                    &crate::qos::ServiceChange {
+                        class: Some(v.class),
+                        latency_target: v.latency_target,
+                        reserve: Some(v.reserve),
+                    },
+                )
+            })
             .map_err(|e| Error::Invalid(format!("volume {:?}: {e}", v.name)))?;
         vols.push(h);
     }
@@ -272,7 +280,7 @@ impl Sim {
         };
         let v = self.reqs[id].vol;
         let io = self.reqs[id].io;
-        self.vstate[v].parked.push(id, io);
+        self.vstate[v].parked.push(id, io, T0 + self.now);
         if self.vstate[v].parked.len() == 1 {
             self.kick(v);
         }
@@ -349,7 +357,13 @@ impl Sim {
         self.disk.in_device -= 1;
         let r = self.reqs[id].clone();
         if let Some(charge) = r.charge {
-            self.vols[r.vol].complete(&charge, T0 + r.alloc_ns, T0 + r.start_ns, T0 + self.now);
+            let timing = Timing {
+                arrived_ns: T0 + r.gen_ns,
+                admitted_ns: T0 + r.alloc_ns,
+                submitted_ns: T0 + r.start_ns,
+                completed_ns: T0 + self.now,
+            };
+            self.vols[r.vol].complete_batch(&[(charge, timing)]);
             self.completions.push(Completion {
                 vol: r.vol as u32,
                 kind: r.io.kind,

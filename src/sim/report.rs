@@ -159,6 +159,18 @@ impl SimResult {
 
     /// Device latency (admission → completion) percentile of reads and writes of a
     /// volume (None = all), ns.
+    /// The `pct`-th percentile of a volume's latency in the daemon (from arrival to
+    /// completion, waits for admission included) over completions in a window, ns.
+    pub fn total_latency_ns(&self, vol: &str, pct: f64, from_ns: u64, to_ns: u64) -> Option<u64> {
+        let v = self.vol(vol);
+        let mut l: Vec<u64> = self
+            .window(from_ns, to_ns)
+            .filter(|c| Some(c.vol) == v && c.kind.is_data())
+            .map(|c| c.done_ns - c.gen_ns)
+            .collect();
+        percentile(&mut l, pct)
+    }
+
     pub fn latency_ns(&self, vol: Option<&str>, pct: f64, from_ns: u64, to_ns: u64) -> Option<u64> {
         let v = vol.map(|n| self.vol(n));
         let mut l: Vec<u64> = self

@@ -178,9 +178,11 @@ pub struct VolumeSection {
     /// Hard limits, as `[[volume]] caps` of the daemon's config.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caps: Option<crate::qos::CapsConfig>,
-    /// `normal` or `background`, as `[[volume]] class` of the daemon's config.
+    /// As `[[volume]] class` and `latency_target` of the daemon's config.
     #[serde(default)]
     pub class: crate::qos::Class,
+    #[serde(default)]
+    pub latency_target: Option<crate::qos::LatencyTarget>,
     /// A guaranteed minimum, as `[[volume]] reserve` of the daemon's config.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reserve: Option<crate::qos::ReserveConfig>,

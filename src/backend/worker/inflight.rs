@@ -79,6 +79,7 @@ impl<A: Admission> Worker<A> {
             mem: p.req.mem,
             ticket: p.ticket,
             timing: Timing {
+                arrived_ns: p.arrived_ns,
                 admitted_ns: p.admitted_ns,
                 submitted_ns: now,
                 completed_ns: 0,

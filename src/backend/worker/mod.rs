@@ -323,6 +323,7 @@ impl<A: Admission> Drop for Worker<A> {
         for p in self.fifo.drain() {
             if let Some(ticket) = p.ticket {
                 let timing = Timing {
+                    arrived_ns: p.arrived_ns,
                     admitted_ns: p.admitted_ns,
                     submitted_ns: now,
                     completed_ns: now,

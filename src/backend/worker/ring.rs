@@ -81,6 +81,8 @@ impl<A: Admission> Worker<A> {
     /// Pops and handles every available chain of `queue`; returns how many it popped.
     fn pop_all(&mut self, vring: &Vring, queue: u16, mem: &Arc<Mem>) -> io::Result<usize> {
         let mut popped = 0;
+        // One clock reading per pass stamps the arrival of what it pops.
+        let now = self.volume.admission.now_ns();
         loop {
             let chain = {
                 let mut state = vring.get_mut();
@@ -105,7 +107,7 @@ impl<A: Admission> Worker<A> {
             let mut layout = std::mem::take(&mut self.layout);
             let parsed = chain::parse_chain(chain, &mut layout, &self.volume.limits);
             match parsed {
-                Ok(req) => self.accept(queue, head, req, mem),
+                Ok(req) => self.accept(queue, head, req, mem, now),
                 Err(e) => self.refuse(queue, head, &layout, e, mem),
             }
             self.layout = layout;
@@ -132,7 +134,7 @@ impl<A: Admission> Worker<A> {
     }
 
     /// Answers GET_ID at once; queues everything else in the volume FIFO.
-    fn accept(&mut self, queue: u16, head: u16, req: Request, mem: &Arc<Mem>) {
+    fn accept(&mut self, queue: u16, head: u16, req: Request, mem: &Arc<Mem>, now: u64) {
         let kind = match req.kind {
             RequestKind::GetId => {
                 // The ID is NUL-padded to 20 bytes (VIRTIO_BLK_ID_BYTES) and truncated to
@@ -185,6 +187,7 @@ impl<A: Admission> Worker<A> {
                 mem: mem.clone(),
             },
             io,
+            now,
         );
     }
 
