@@ -207,6 +207,8 @@ pub struct VolumeStatsView {
     /// Requests admitted on the volume's reservation after its weight's budget refused
     /// them.
     pub reserved: u64,
+    /// What the latency class multiplies the volume's weight by (1: none).
+    pub boost: f64,
     pub lat_p50_us_period: Option<u64>,
     pub lat_p99_us_period: Option<u64>,
     pub lat_p50_us: Option<u64>,

@@ -633,6 +633,7 @@ impl Control {
                     capped: q.map_or(0, |q| q.capped),
                     background_held: q.map_or(0, |q| q.background_held),
                     reserved: q.map_or(0, |q| q.reserved),
+                    boost: q.map_or(1.0, |q| q.boost),
                     lat_p50_us_period: q.and_then(|q| q.lat_p50_us_period),
                     lat_p99_us_period: q.and_then(|q| q.lat_p99_us_period),
                     lat_p50_us: q.and_then(|q| q.lat_p50_us),

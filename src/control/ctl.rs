@@ -58,13 +58,17 @@ pub enum CtlCommand {
         #[arg(value_name = "KEY=VALUE")]
         limits: Vec<String>,
     },
-    /// Set a volume's class, at runtime and persistently: `normal`, or `background`
-    /// (served from what the others leave idle).
+    /// Set a volume's class, at runtime and persistently: `normal`, `latency` (meets its
+    /// own latency target; give `--target` unless it has one) or `background` (served
+    /// from what the others leave idle).
     SetClass {
         /// Volume name.
         name: String,
-        /// `normal` or `background`.
+        /// `normal`, `latency` or `background`.
         class: String,
+        /// The latency class's target, e.g. "p99 2ms".
+        #[arg(long)]
+        target: Option<String>,
     },
     /// Set a volume's reservation, at runtime and persistently: KEY=VALUE pairs with the
     /// keys of `reserve` in the config (iops, bps, pct). No pairs removes it.
@@ -220,16 +224,29 @@ pub fn run(args: &CtlArgs) -> Result<(), String> {
                 serde_json::from_value(v["caps"]["value"].clone()).map_err(|e| e.to_string())?;
             println!("{kind} {name}: caps {caps}");
         }
-        CtlCommand::SetClass { name, class } => {
+        CtlCommand::SetClass {
+            name,
+            class,
+            target,
+        } => {
+            let mut body = json!({ "class": class });
+            if let Some(t) = target {
+                body["latency_target"] = json!(t);
+            }
             let v = api.ok(
                 "PATCH",
                 &format!("/v1/volumes/{}", encode_segment(name)),
-                Some(&json!({ "class": class })),
+                Some(&body),
             )?;
             if args.json {
                 return print_json(&v);
             }
-            println!("volume {name}: class {class}");
+            match v["latency_target"]["value"].as_str() {
+                Some(t) if class == "latency" => {
+                    println!("volume {name}: class latency, target {t}")
+                }
+                _ => println!("volume {name}: class {class}"),
+            }
         }
         CtlCommand::SetReserve { name, values } => {
             let reserve = key_values(values)?;

@@ -15,6 +15,7 @@
 //! | `vhost_iocost_volume_capped_total` | counter | times a cap held the next request back |
 //! | `vhost_iocost_volume_background_held_total` | counter | times a background volume's next request was held back for the foreground |
 //! | `vhost_iocost_volume_reserved_total` | counter | requests admitted on the volume's reservation |
+//! | `vhost_iocost_volume_latency_boost` | gauge | what the latency class multiplies the volume's weight by |
 //! | `vhost_iocost_volume_wait_seconds_total` | counter | time with a throttled request |
 //! | `vhost_iocost_volume_weight` | gauge | configured weight |
 //! | `vhost_iocost_volume_usage_percent` | gauge | device time used in the last period |
@@ -93,6 +94,7 @@ impl Collector for ControlCollector {
         let mut capped = Vec::new();
         let mut background_held = Vec::new();
         let mut reserved = Vec::new();
+        let mut boost = Vec::new();
         let mut wait = Vec::new();
         let mut weight = Vec::new();
         let mut usage = Vec::new();
@@ -118,6 +120,7 @@ impl Collector for ControlCollector {
             capped.push((l.clone(), ConstCounter::new(v.capped)));
             background_held.push((l.clone(), ConstCounter::new(v.background_held)));
             reserved.push((l.clone(), ConstCounter::new(v.reserved)));
+            boost.push((l.clone(), ConstGauge::new(v.boost)));
             wait.push((l.clone(), ConstCounter::new(v.wait_us as f64 / 1e6)));
             weight.push((l.clone(), ConstGauge::new(i64::from(v.weight))));
             usage.push((l.clone(), ConstGauge::new(v.usage_pct)));
@@ -173,6 +176,12 @@ impl Collector for ControlCollector {
             &format!("{p}reserved"),
             "Requests admitted on the volume's reservation.",
             &reserved,
+        )?;
+        family(
+            &mut enc,
+            &format!("{p}latency_boost"),
+            "What the latency class multiplies the volume's weight by (1: none).",
+            &boost,
         )?;
         family(
             &mut enc,
