@@ -11,6 +11,10 @@
 #             same rule: calibration and profile share it)
 #   tuned     the same calibrated model, with the readers' SLO as the read target
 #             (rpct = 99, rlat = SLO_US)
+#   latency   the defaults, with the readers in the latency class and the SLO as their
+#             own target (class = "latency", latency_target = "p99 SLO_US")
+#   latency only  the same without device-wide latency targets (rpct = wpct = 0): only
+#             the readers' own targets steer vrate
 #   cap       no QoS, the writer held by a static cap at the throughput `defaults` gave it
 #
 # ON=4s OFF=4s: the readers come and go (each issues for ON, then idles for OFF); a
@@ -58,20 +62,17 @@ file)
 *) echo "DEVICE must be emulated or file"; exit 1 ;;
 esac
 
-volumes=""
-for i in $(seq 0 $((readers - 1))); do
-    volumes+="[[volume]]
-name = \"r$i\"
-socket = \"r$i.sock\"
-offset = \"$((i * 64))MiB\"
-size = \"64MiB\"
-"
-done
-volumes+="[[volume]]
-name = \"writer\"
-socket = \"writer.sock\"
-offset = \"512MiB\"
-size = \"512MiB\""
+# reader_volumes EXTRA: the readers' and the writer's [[volume]] tables, EXTRA added to
+# each reader's.
+reader_volumes() {
+    local i
+    for i in $(seq 0 $((readers - 1))); do
+        printf '[[volume]]\nname = "r%s"\nsocket = "r%s.sock"\noffset = "%sMiB"\nsize = "64MiB"\n%s\n' \
+            "$i" "$i" $((i * 64)) "$1"
+    done
+    printf '[[volume]]\nname = "writer"\nsocket = "writer.sock"\noffset = "512MiB"\nsize = "512MiB"\n'
+}
+volumes=$(reader_volumes "")
 
 # run NAME LABEL [WRITER_RATE_IOPS]: the load against the sockets in $work (results in
 # $work/NAME.json); prints one table row.
@@ -121,8 +122,9 @@ print(f"| {name} | {missed} of {total} | {worst:,.0f} | {writer:,.1f} | {cov:.3f
 EOF
 }
 
+# daemon_config QOS_SECTION [VOLUMES]
 daemon_config() {
-    printf '[device]\n%s\n%s\n[control]\nsocket = "control.sock"\n%s\n' "$device_section" "$1" "$volumes"
+    printf '[device]\n%s\n%s\n[control]\nsocket = "control.sock"\n%s\n' "$device_section" "$1" "${2:-$volumes}"
 }
 
 echo "stacking: $readers readers at $rate IOPS (QD1 4 KiB), one 1 MiB QD8 writer, ${secs}s, SLO p99 ${slo} us, device $device"
@@ -135,6 +137,16 @@ stop_daemon
 rm -f "$work/config.toml.state.json"
 start_daemon "$(daemon_config '')"
 run defaults defaults
+stop_daemon
+start_daemon "$(daemon_config '' "$(reader_volumes "class = \"latency\"
+latency_target = \"p99 ${slo}us\"")")"
+run latency "readers in the latency class (p99 ${slo} µs)"
+stop_daemon
+start_daemon "$(daemon_config '[device.qos]
+rpct = 0.0
+wpct = 0.0' "$(reader_volumes "class = \"latency\"
+latency_target = \"p99 ${slo}us\"")")"
+run latency-only "readers in the latency class, no device-wide target"
 stop_daemon
 if [ "$device" = file ]; then
     "$bin" profile --path "$work/disk.img" --destructive --quick --out "$work/profile.toml" \
