@@ -501,14 +501,14 @@ pub fn format_stats(st: &StatsView) -> String {
     );
     let _ = writeln!(
         s,
-        "{:<16} {:<10} {:>6} {:>3} {:>6} {:>6} {:>6} {:>6} {:>8} {:>8} {:>8} {:>9} {:>8} {:>8} {:>4}",
+        "{:<16} {:<10} {:>6} {:>3} {:>6} {:>6} {:>6} {:>6} {:>8} {:>8} {:>8} {:>9} {:>8} {:>8} {:>8} {:>5} {:>8} {:>8} {:>4}",
         "VOLUME", "GROUP", "WEIGHT", "ACT", "HWA%", "HWI%", "DON%", "USE%", "IOPS", "MiB/s",
-        "WAIT_ms", "THROTTLED", "P50_us", "P99_us", "CONN"
+        "WAIT_ms", "THROTTLED", "CAPPED", "BG_HELD", "RESERVED", "BOOST", "P50_us", "P99_us", "CONN"
     );
     for v in &st.volumes {
         let _ = writeln!(
             s,
-            "{:<16} {:<10} {:>6} {:>3} {:>6.1} {:>6.1} {:>6.1} {:>6.1} {:>8.0} {:>8.1} {:>8} {:>9} {:>8} {:>8} {:>4}",
+            "{:<16} {:<10} {:>6} {:>3} {:>6.1} {:>6.1} {:>6.1} {:>6.1} {:>8.0} {:>8.1} {:>8} {:>9} {:>8} {:>8} {:>8} {:>5.1} {:>8} {:>8} {:>4}",
             v.name,
             v.group,
             v.weight,
@@ -521,6 +521,10 @@ pub fn format_stats(st: &StatsView) -> String {
             (v.read_bytes_per_s + v.write_bytes_per_s) / 1048576.0,
             v.wait_us / 1000,
             v.throttled,
+            v.capped,
+            v.background_held,
+            v.reserved,
+            v.boost,
             opt(v.lat_p50_us_period),
             opt(v.lat_p99_us_period),
             v.connections
