@@ -200,17 +200,22 @@ impl Control {
             if let Some(caps) = &o.caps {
                 self.qos.set_caps(name, Some(caps)).map_err(in_state_file)?;
             }
-            let service = ServiceChange {
-                class: o.class,
-                latency_target: o.latency_target,
-                reserve: o.reserve.map(Some),
-            };
-            if service != ServiceChange::default() {
-                self.qos
-                    .set_service(name, &service)
-                    .map_err(in_state_file)?;
-            }
         }
+        // Classes and reservations together: checked once, as they stand at the end.
+        let services: Vec<(&str, ServiceChange)> = st
+            .volumes
+            .iter()
+            .map(|(name, o)| {
+                let change = ServiceChange {
+                    class: o.class,
+                    latency_target: o.latency_target,
+                    reserve: o.reserve.map(Some),
+                };
+                (name.as_str(), change)
+            })
+            .filter(|(_, change)| *change != ServiceChange::default())
+            .collect();
+        self.qos.set_services(&services).map_err(in_state_file)?;
         if st != before {
             st.save(&self.state_path)
                 .map_err(|e| format!("state file {}: {e}", self.state_path.display()))?;

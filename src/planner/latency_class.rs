@@ -64,9 +64,6 @@ pub(crate) fn steer(
         let Some(target) = node.latency_target.filter(|_| node.latency) else {
             continue;
         };
-        if books[id].latency_unmet {
-            verdict.unmet = true;
-        }
         let judged = {
             let mut h = v.hist.lock().unwrap_or_else(|e| e.into_inner());
             let w = &mut h.target;
@@ -84,10 +81,13 @@ pub(crate) fn steer(
             }
         };
         let Some((p_us, wait_us, device_us)) = judged else {
+            // Not judged this period: its last judgment stands.
+            verdict.unmet |= books[id].latency_unmet;
             continue;
         };
         let book = &mut books[id];
         if std::mem::take(&mut book.latency_skip) {
+            verdict.unmet |= book.latency_unmet;
             continue;
         }
         let boost = st.tree.nodes[id].boost;

@@ -256,8 +256,9 @@ const OPS_WRITE: usize = 5;
 /// a member the meter refused registers with its start tag, and when the meter opens
 /// again the waiting member with the smallest tag goes first; the others wait for it. A
 /// waiter that does not come back within [`TURN_GRACE_NS`] of its retry time, or that is
-/// then held back by something else (its own caps, its budget), loses its place in line
-/// but keeps its tag, so nobody waits for a member that cannot go.
+/// then held back by its budget, loses its place in line but keeps its tag, and one that
+/// another cap holds longer is registered for when it really asks again: nobody waits for
+/// a member that cannot go.
 #[derive(Debug)]
 pub(crate) struct NodeCaps {
     pub config: CapsConfig,
@@ -334,9 +335,25 @@ impl NodeCaps {
     /// Member `id` was held back by something else after [`NodeCaps::wait_until`] let it
     /// go: it gives up its place in line (its tag stays).
     pub(crate) fn withdraw(&self, id: usize) {
+        self.set_due(id, None);
+    }
+
+    /// Member `id` will ask again at `until_ns` (another cap on its path holds it that
+    /// long): nobody waits for it before then.
+    pub(crate) fn asks_again_at(&self, id: usize, until_ns: u64) {
         let mut st = self.state();
         if let Some(m) = st.members.iter_mut().find(|m| m.id == id) {
-            m.due_ns = None;
+            // Registered here only if this cap refused it or it was waiting already.
+            if m.due_ns.is_some() {
+                m.due_ns = Some(until_ns);
+            }
+        }
+    }
+
+    fn set_due(&self, id: usize, due_ns: Option<u64>) {
+        let mut st = self.state();
+        if let Some(m) = st.members.iter_mut().find(|m| m.id == id) {
+            m.due_ns = due_ns;
         }
     }
 
@@ -577,6 +594,14 @@ mod tests {
         }
         assert!(c.wait_until(2, IoKind::Read, 0).is_some());
         c.withdraw(2);
+        assert_eq!(c.wait_until(1, IoKind::Read, 100 * MS), None);
+        // Held longer by another cap on its path: registered for when it asks again.
+        let c = NodeCaps::new(caps("iops = 10"), 0);
+        for _ in 0..2 {
+            c.account(1, 1, IoKind::Read, 4096);
+        }
+        assert!(c.wait_until(2, IoKind::Read, 0).is_some());
+        c.asks_again_at(2, 500 * MS);
         assert_eq!(c.wait_until(1, IoKind::Read, 100 * MS), None);
         // Flushes are not capped and never wait for a turn.
         assert_eq!(c.wait_until(1, IoKind::Flush, 0), None);

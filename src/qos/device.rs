@@ -107,7 +107,7 @@ pub(crate) struct DeviceShared {
     /// When a volume active alone stops being throttled, ns on the QoS clock:
     /// [`ALONE_AFTER_NS`] after more than one volume was last active.
     pub alone_from_ns: AtomicU64,
-    /// `Tree::foreground_active`: some normal volume is active.
+    /// `Tree::foreground_active`: some normal or latency-class volume is active.
     pub foreground_active: Arc<std::sync::atomic::AtomicBool>,
     /// The planner's verdict at the last period: a foreground volume was short of
     /// budget, or latency was rising above its floor. Background volumes then get only
@@ -168,6 +168,9 @@ impl DeviceShared {
             st.tree
                 .propagate(id, w, cells.inuse.load(Relaxed), Some(now.vnow));
             st.tree.commit_weights(&self.hweight_gen);
+        } else {
+            // The in-use weight it would come back with was for the old weight.
+            st.tree.nodes[id].last_inuse = 0;
         }
     }
 
@@ -505,53 +508,89 @@ impl QosDevice {
     /// Change a volume's class, latency target and/or reservation in one step, checked
     /// together; nothing changes when any part is refused.
     pub fn set_service(&self, name: &str, change: &ServiceChange) -> Result<(), QosError> {
-        let reserve = change.reserve.map(|r| r.filter(|r| r.is_set()));
-        if let Some(Some(r)) = &reserve {
-            r.validate().map_err(QosError::InvalidConfig)?;
+        self.set_services(&[(name, *change)])
+    }
+
+    /// [`QosDevice::set_service`] for several volumes, checked together once: the state
+    /// file at start-up holds changes that were each valid in the order they were made,
+    /// and applied one by one in another order they could pass through an over-committed
+    /// state that the final one is not.
+    pub fn set_services(&self, changes: &[(&str, ServiceChange)]) -> Result<(), QosError> {
+        for (_, change) in changes {
+            if let Some(Some(r)) = &change.reserve {
+                r.validate().map_err(QosError::InvalidConfig)?;
+            }
         }
         let mut st = self.shared.lock();
-        let id = Self::node_id(&st, name)?;
-        let Some(core) = st.tree.nodes[id].volume.clone() else {
-            return Err(QosError::NotAVolume(name.to_owned()));
-        };
-        let node = &mut st.tree.nodes[id];
-        let class = change.class.unwrap_or(node.class());
-        let target = change.latency_target.or(node.latency_target);
-        if class == Class::Latency && target.is_none() {
-            return Err(QosError::InvalidConfig(
-                "latency_target: class \"latency\" needs a target, e.g. \"p99 2ms\"".into(),
+        let mut staged = Vec::with_capacity(changes.len());
+        for (name, change) in changes {
+            let id = Self::node_id(&st, name)?;
+            let Some(core) = st.tree.nodes[id].volume.clone() else {
+                return Err(QosError::NotAVolume((*name).to_owned()));
+            };
+            let node = &st.tree.nodes[id];
+            let class = change.class.unwrap_or(node.class());
+            let target = change.latency_target.or(node.latency_target);
+            if class == Class::Latency && target.is_none() {
+                return Err(QosError::InvalidConfig(format!(
+                    "latency_target: class \"latency\" of {name:?} needs a target, e.g. \"p99 2ms\""
+                )));
+            }
+            staged.push((
+                id,
+                core,
+                class,
+                target,
+                change.reserve.map(|r| r.filter(|r| r.is_set())),
             ));
         }
-        let old = (node.background, node.reserve);
-        node.background = class.is_background();
-        if let Some(r) = reserve {
-            node.reserve = r;
+        // Stage the reservations and floors, check them once, undo them all if refused.
+        let old: Vec<_> = staged
+            .iter()
+            .map(|(id, ..)| (st.tree.nodes[*id].background, st.tree.nodes[*id].reserve))
+            .collect();
+        for (id, _, class, _, reserve) in &staged {
+            let node = &mut st.tree.nodes[*id];
+            node.background = class.is_background();
+            if let Some(r) = reserve {
+                node.reserve = *r;
+            }
         }
         let cfg = self.shared.cfg();
-        if let Err(e) = Self::check_reservations(&st, &*cfg.model, cfg.qos.min, id) {
-            let node = &mut st.tree.nodes[id];
-            (node.background, node.reserve) = old;
-            return Err(e);
+        let named = staged
+            .iter()
+            .map(|(id, ..)| *id)
+            .max_by_key(|&id| Self::reserved_ppm(&st, &*cfg.model, id));
+        if let Some(named) = named {
+            if let Err(e) = Self::check_reservations(&st, &*cfg.model, cfg.qos.min, named) {
+                for ((id, ..), (background, reserve)) in staged.iter().zip(old).rev() {
+                    let node = &mut st.tree.nodes[*id];
+                    (node.background, node.reserve) = (background, reserve);
+                }
+                return Err(e);
+            }
         }
         self.apply_reservations(&st);
-        let node = &mut st.tree.nodes[id];
-        node.latency_target = target;
-        let latency = class == Class::Latency;
-        if node.latency != latency {
-            node.latency = latency;
-            node.boost = 1.0;
-            core.boost_ppm.store(1_000_000, Relaxed);
-            core.latency_class.store(latency, Relaxed);
-            let now_ns = self.shared.clock.now_ns();
-            core.hist
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .target
-                .reset(now_ns);
-            self.shared.refresh_weight(&mut st, id);
-        }
-        if class.is_background() != old.0 {
-            self.change_class_locked(&mut st, id, &core, class.is_background());
+        for ((id, core, class, target, _), (was_background, _)) in staged.into_iter().zip(old) {
+            let node = &mut st.tree.nodes[id];
+            node.latency_target = target;
+            let latency = class == Class::Latency;
+            if node.latency != latency {
+                node.latency = latency;
+                node.boost = 1.0;
+                core.boost_ppm.store(1_000_000, Relaxed);
+                core.latency_class.store(latency, Relaxed);
+                let now_ns = self.shared.clock.now_ns();
+                core.hist
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .target
+                    .reset(now_ns);
+                self.shared.refresh_weight(&mut st, id);
+            }
+            if class.is_background() != was_background {
+                self.change_class_locked(&mut st, id, &core, class.is_background());
+            }
         }
         Ok(())
     }
@@ -580,6 +619,9 @@ impl QosDevice {
             // ... and re-enter as the new one.
             let now = self.shared.now();
             st.tree.propagate(id, w, w, Some(now.vnow));
+        } else {
+            // Its in-use weight from before is for the old weight: start from the full one.
+            st.tree.nodes[id].last_inuse = 0;
         }
         st.tree.weights_updated = true;
         st.tree.commit_weights(&self.shared.hweight_gen);

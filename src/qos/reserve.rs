@@ -81,14 +81,14 @@ impl ReserveConfig {
         };
         let iops = per_sec(u128::from(self.iops) * u128::from(price(4096, false)));
         let bps =
-            per_sec(u128::from(self.bps.0 / (128 << 10)) * u128::from(price(128 << 10, true)));
+            per_sec(u128::from(self.bps.0) * u128::from(price(128 << 10, true)) / (128 << 10));
         let pct = (self.pct * 10_000.0) as u64;
         iops.max(bps).max(pct).min(1_000_000)
     }
 }
 
 /// The highest sum of reserved shares (ppm) a device with vrate bounds `min_pct` may
-/// take: 90 % of the slower of 80 % and `min`, capped at 100 %. Reservations are priced
+/// take: 90 % of the higher of 80 % and `min` (at most 100 %). Reservations are priced
 /// by the cost model; a device whose vrate has to fall far below 80 % is one whose model
 /// should be measured again (`profile`), not one to promise more on.
 pub fn reservable_ppm(min_pct: f64) -> u64 {

@@ -333,3 +333,31 @@ fn reservations_beyond_what_may_be_reserved_are_refused() {
     dev.set_reserve("b", Some(&pct(34.0))).unwrap();
     assert!(dev.set_qos(&qos_10ms()).is_err());
 }
+
+/// Changes checked together pass where the same changes one by one would pass through an
+/// over-committed state (the state file at start-up).
+#[test]
+fn service_changes_in_one_batch_are_checked_as_they_stand_at_the_end() {
+    let (dev, _clock) = device(&qos_10ms());
+    dev.add_volume("a", None, 100).unwrap();
+    dev.add_volume("b", None, 100).unwrap();
+    let pct = |p: f64| ServiceChange {
+        reserve: Some(Some(ReserveConfig {
+            pct: p,
+            ..ReserveConfig::default()
+        })),
+        ..ServiceChange::default()
+    };
+    dev.set_service("a", &pct(10.0)).unwrap();
+    dev.set_service("b", &pct(60.0)).unwrap();
+    assert!(dev.set_service("a", &pct(60.0)).is_err());
+    dev.set_services(&[("a", pct(60.0)), ("b", pct(10.0))])
+        .unwrap();
+    assert_eq!(dev.reserve("a").unwrap().unwrap().pct, 60.0);
+    // A refused batch changes nothing.
+    assert!(dev
+        .set_services(&[("b", pct(5.0)), ("a", pct(80.0))])
+        .is_err());
+    assert_eq!(dev.reserve("b").unwrap().unwrap().pct, 10.0);
+    assert_eq!(dev.reserve("a").unwrap().unwrap().pct, 60.0);
+}

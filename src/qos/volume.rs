@@ -280,18 +280,18 @@ impl VolumeQos {
         // with QoS disabled too, and are charged only when the budget lets the request go.
         let caps = self.core.caps.load();
         let id = self.core.node;
-        let (mut wait, mut open) = (None, Vec::new());
+        let mut wait = None;
         for c in caps.iter() {
-            match c.wait_until(id, io.kind, now_ns) {
-                Some(t) => wait = wait.max(Some(t)),
-                None => open.push(c),
+            if let Some(t) = c.wait_until(id, io.kind, now_ns) {
+                wait = wait.max(Some(t));
             }
         }
         if let Some(until_ns) = wait {
             self.core.io.capped.fetch_add(1, Relaxed);
-            // Caps that would have let it go must not keep others waiting for it.
-            for c in open {
-                c.withdraw(id);
+            // Every cap on the path learns when the volume asks again: none keeps its
+            // members waiting for it before then.
+            for c in caps.iter() {
+                c.asks_again_at(id, until_ns);
             }
             return Decision::Wait { until_ns };
         }
@@ -380,10 +380,15 @@ impl VolumeQos {
             v.reserve.served(abs, now.now_ns, period_ns);
             return self.go(io, abs, abs, cost, now.now_ns);
         }
+        let was_waiting = v.waiting.load(Relaxed);
         match self.throttle(io, abs, cost, vtime, now, cfg.params.timer_slack_ns) {
             Decision::Wait { until_ns } => match v.reserve.take(abs, now.now_ns, period_ns) {
-                // Short of budget by weight, but within its reservation (design §14).
+                // Short of budget by weight, but within its reservation (design §14): it
+                // goes at once, so it did not wait.
                 Ok(()) => {
+                    if !was_waiting {
+                        v.waiting.store(false, Relaxed);
+                    }
                     v.io.reserved.fetch_add(1, Relaxed);
                     self.go(io, abs, abs, 0, now.now_ns)
                 }

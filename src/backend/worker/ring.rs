@@ -81,8 +81,9 @@ impl<A: Admission> Worker<A> {
     /// Pops and handles every available chain of `queue`; returns how many it popped.
     fn pop_all(&mut self, vring: &Vring, queue: u16, mem: &Arc<Mem>) -> io::Result<usize> {
         let mut popped = 0;
-        // One clock reading per pass stamps the arrival of what it pops.
-        let now = self.volume.admission.now_ns();
+        // Arrival stamps: one clock reading for the chains popped between two submissions
+        // (none for an empty pass).
+        let mut now = None;
         loop {
             let chain = {
                 let mut state = vring.get_mut();
@@ -107,7 +108,10 @@ impl<A: Admission> Worker<A> {
             let mut layout = std::mem::take(&mut self.layout);
             let parsed = chain::parse_chain(chain, &mut layout, &self.volume.limits);
             match parsed {
-                Ok(req) => self.accept(queue, head, req, mem, now),
+                Ok(req) => {
+                    let now = *now.get_or_insert_with(|| self.volume.admission.now_ns());
+                    self.accept(queue, head, req, mem, now)
+                }
                 Err(e) => self.refuse(queue, head, &layout, e, mem),
             }
             self.layout = layout;
@@ -119,6 +123,7 @@ impl<A: Admission> Worker<A> {
             if popped.is_power_of_two() {
                 self.dispatch()?;
                 self.engine.submit()?;
+                now = None;
             }
         }
     }
