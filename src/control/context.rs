@@ -10,7 +10,7 @@
 
 use super::api::*;
 use super::error::ApiError;
-use super::state::{GroupOverride, RuntimeState, VolumeOverride};
+use super::state::RuntimeState;
 use crate::backend::volume::Volume;
 use crate::calibration::Calibration;
 use crate::config::{Config, ROOT_GROUP};
@@ -368,28 +368,33 @@ impl Control {
         if let Some(w) = patch.weight {
             check_weight(w)?;
         }
-        if let Some(caps) = patch.caps {
-            self.patch_caps(name, caps, |s| {
-                &mut s.groups.entry(name.to_owned()).or_default().caps
-            })?;
+        if let Some(caps) = &patch.caps {
+            check_caps(caps)?;
         }
-        if let Some(w) = patch.weight {
-            let key = name.to_owned();
-            self.commit(
-                |s| {
-                    s.groups
-                        .entry(key)
-                        .or_insert_with(GroupOverride::default)
-                        .weight = Some(w)
-                },
-                || {
+        if patch.weight.is_none() && patch.caps.is_none() {
+            return self.group(name);
+        }
+        self.commit(
+            |s| {
+                let o = s.groups.entry(name.to_owned()).or_default();
+                o.weight = patch.weight.or(o.weight);
+                o.caps = patch.caps.or(o.caps);
+            },
+            || {
+                if let Some(caps) = &patch.caps {
+                    self.qos
+                        .set_caps(name, Some(caps))
+                        .map_err(|e| ApiError::body(e.to_string()))?;
+                }
+                if let Some(w) = patch.weight {
                     self.qos
                         .set_weight(name, w)
-                        .map_err(|e| ApiError::field("weight", e))
-                },
-            )?;
-            tracing::info!(group = %name, weight = w, "control: group weight changed");
-        }
+                        .map_err(|e| ApiError::field("weight", e))?;
+                }
+                Ok(())
+            },
+        )?;
+        tracing::info!(group = %name, ?patch, "control: group changed");
         self.group(name)
     }
 
@@ -491,74 +496,47 @@ impl Control {
             latency_target: patch.latency_target,
             reserve: patch.reserve.map(Some),
         };
-        if service != ServiceChange::default() {
-            // First: the one change that can be refused for what it asks (409).
-            self.commit(
-                |s| {
-                    let o = s.volumes.entry(name.to_owned()).or_default();
-                    o.class = patch.class.or(o.class);
-                    o.latency_target = patch.latency_target.or(o.latency_target);
-                    o.reserve = patch.reserve.or(o.reserve);
-                },
-                || {
+        let moves = patch.weight.is_some() || patch.group.is_some();
+        if service == ServiceChange::default() && patch.caps.is_none() && !moves {
+            return self.volume(name);
+        }
+        // One record and one application: the state file is written once, before
+        // anything changes, and the one refusal left after validation (409) comes first.
+        self.commit(
+            |s| {
+                let o = s.volumes.entry(name.to_owned()).or_default();
+                o.class = patch.class.or(o.class);
+                o.latency_target = patch.latency_target.or(o.latency_target);
+                o.reserve = patch.reserve.or(o.reserve);
+                o.caps = patch.caps.or(o.caps);
+                o.weight = patch.weight.or(o.weight);
+                o.group = patch.group.clone().or(o.group.take());
+            },
+            || {
+                if service != ServiceChange::default() {
                     self.qos
                         .set_service(name, &service)
-                        .map_err(ApiError::from_qos)
-                },
-            )?;
-            tracing::info!(volume = %name, ?service, "control: service class changed");
-        }
-        if let Some(caps) = patch.caps {
-            self.patch_caps(name, caps, |s| {
-                &mut s.volumes.entry(name.to_owned()).or_default().caps
-            })?;
-        }
-        if patch.weight.is_some() || patch.group.is_some() {
-            let key = name.to_owned();
-            let (weight, group) = (patch.weight, patch.group.clone());
-            self.commit(
-                |s| {
-                    let o = s.volumes.entry(key).or_insert_with(VolumeOverride::default);
-                    if weight.is_some() {
-                        o.weight = weight;
-                    }
-                    if group.is_some() {
-                        o.group = group;
-                    }
-                },
-                || {
+                        .map_err(ApiError::from_qos)?;
+                }
+                if let Some(caps) = &patch.caps {
+                    self.qos
+                        .set_caps(name, Some(caps))
+                        .map_err(|e| ApiError::body(e.to_string()))?;
+                }
+                if moves {
                     let group = patch
                         .group
                         .as_deref()
                         .map(|g| Some(g).filter(|g| *g != ROOT_GROUP));
                     self.qos
                         .update_volume(name, patch.weight, group)
-                        .map_err(|e| ApiError::body(e.to_string()))
-                },
-            )?;
-            tracing::info!(volume = %name, weight = ?patch.weight, group = ?patch.group, "control: volume changed");
-        }
-        self.volume(name)
-    }
-
-    /// Validate, record and apply new caps of a volume or group (`{}` removes them).
-    fn patch_caps(
-        &self,
-        name: &str,
-        caps: CapsConfig,
-        slot: impl FnOnce(&mut RuntimeState) -> &mut Option<CapsConfig>,
-    ) -> Result<(), ApiError> {
-        check_caps(&caps)?;
-        self.commit(
-            |s| *slot(s) = Some(caps),
-            || {
-                self.qos
-                    .set_caps(name, Some(&caps))
-                    .map_err(|e| ApiError::body(e.to_string()))
+                        .map_err(|e| ApiError::body(e.to_string()))?;
+                }
+                Ok(())
             },
         )?;
-        tracing::info!(node = %name, caps = %caps, "control: caps changed");
-        Ok(())
+        tracing::info!(volume = %name, ?patch, "control: volume changed");
+        self.volume(name)
     }
 
     // ----- statistics -----
