@@ -8,9 +8,10 @@
 //! - [`cost_model`]: what a request costs in device time (the linear model, presets,
 //!   `[device.model]`).
 //! - [`qos`]: the per-device controller and the per-volume issue path (virtual time,
-//!   weights, hierarchical weights, caps, `[device.qos]`, statistics).
+//!   weights, hierarchical weights, caps, service classes and reservations,
+//!   `[device.qos]`, statistics).
 //! - [`planner`]: the per-period planner (latency signals, busy_level, vrate, idle
-//!   volumes, usage, donation), which owns its own state. With [`vtime`], [`cost_model`]
+//!   volumes, usage, donation, the latency class), which owns its own state. With [`vtime`], [`cost_model`]
 //!   and [`qos`] it forms the QoS core, a pure library (no I/O, injectable clock).
 //! - [`emulated`]: a disk whose behaviour is known (the simulator's hardware and
 //!   `kind = "emulated"`), with fault injection.
