@@ -112,6 +112,7 @@ fn build_qos(config: &Config) -> Result<QosDevice, DaemonError> {
         let parent = g.parent.as_deref().filter(|p| *p != ROOT_GROUP);
         qos.add_group(&g.name, parent, g.weight)
             .and_then(|()| qos.set_caps(&g.name, g.caps.as_ref()))
+            .and_then(|()| qos.set_reserve(&g.name, g.reserve.as_ref()))
             .map_err(|e| DaemonError::Qos(format!("group {}: {e}", g.name)))?;
     }
     tracing::info!(

@@ -136,6 +136,9 @@ pub struct GroupConfig {
     /// Hard limits on the sum of the group's volumes, as a volume's `caps`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caps: Option<crate::qos::CapsConfig>,
+    /// The minimum the group's volumes get together while they have demand.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserve: Option<crate::qos::ReserveConfig>,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -325,6 +328,12 @@ impl Config {
             }
             check_weight(&key("weight"), g.weight)?;
             check_caps(&key, g.caps.as_ref())?;
+            if let Some(r) = &g.reserve {
+                r.validate().map_err(|e| match e.split_once(": ") {
+                    Some((field, message)) => invalid(key(field), message),
+                    None => invalid(key("reserve"), e),
+                })?;
+            }
         }
         // Parents must exist, and following parents must reach the root (no cycles).
         let parent_of: HashMap<&str, &str> = self

@@ -59,6 +59,8 @@ pub struct GroupPatch {
     pub weight: Option<u32>,
     /// New caps on the sum of the group's volumes; `{}` removes them.
     pub caps: Option<CapsConfig>,
+    /// New reservation for the group's volumes together; `{}` removes it.
+    pub reserve: Option<ReserveConfig>,
 }
 
 /// `PATCH /v1/volumes/{name}`.
@@ -112,6 +114,8 @@ pub struct GroupView {
     pub parent: String,
     /// Caps on the sum of the group's volumes (`{}`: none).
     pub caps: Sourced<CapsConfig>,
+    /// The minimum the group's volumes get together (`{}`: none).
+    pub reserve: Sourced<ReserveConfig>,
     /// Volumes directly in this group.
     pub volumes: Vec<String>,
 }

@@ -53,6 +53,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+fn check_reserve(reserve: &crate::qos::ReserveConfig) -> Result<(), ApiError> {
+    reserve.validate().map_err(|e| match e.split_once(": ") {
+        Some((field, message)) => ApiError::field(field, message),
+        None => ApiError::field("reserve", e),
+    })
+}
+
 fn check_caps(caps: &CapsConfig) -> Result<(), ApiError> {
     caps.validate().map_err(|e| match e.split_once(": ") {
         Some((field, message)) => ApiError::field(field, message),
@@ -216,6 +223,11 @@ impl Control {
             .filter(|(_, change)| *change != ServiceChange::default())
             .collect();
         self.qos.set_services(&services).map_err(in_state_file)?;
+        for (name, o) in &st.groups {
+            if let Some(r) = &o.reserve {
+                self.qos.set_reserve(name, Some(r)).map_err(in_state_file)?;
+            }
+        }
         if st != before {
             st.save(&self.state_path)
                 .map_err(|e| format!("state file {}: {e}", self.state_path.display()))?;
@@ -330,6 +342,15 @@ impl Control {
                 source: Sourced::pick(cfg_weight, o.and_then(|o| o.weight)).source,
             },
             caps: caps_view(info, o.and_then(|o| o.caps)),
+            reserve: Sourced {
+                value: self
+                    .qos
+                    .reserve(&info.name)
+                    .ok()
+                    .flatten()
+                    .unwrap_or_default(),
+                source: Sourced::pick((), o.and_then(|o| o.reserve).map(|_| ())).source,
+            },
             parent: info.parent.clone().unwrap_or_else(|| ROOT_GROUP.into()),
             volumes: self
                 .qos
@@ -371,7 +392,10 @@ impl Control {
         if let Some(caps) = &patch.caps {
             check_caps(caps)?;
         }
-        if patch.weight.is_none() && patch.caps.is_none() {
+        if let Some(r) = &patch.reserve {
+            check_reserve(r)?;
+        }
+        if patch.weight.is_none() && patch.caps.is_none() && patch.reserve.is_none() {
             return self.group(name);
         }
         self.commit(
@@ -379,8 +403,15 @@ impl Control {
                 let o = s.groups.entry(name.to_owned()).or_default();
                 o.weight = patch.weight.or(o.weight);
                 o.caps = patch.caps.or(o.caps);
+                o.reserve = patch.reserve.or(o.reserve);
             },
             || {
+                if let Some(r) = &patch.reserve {
+                    // First: the one refusal left after validation (409).
+                    self.qos
+                        .set_reserve(name, Some(r))
+                        .map_err(ApiError::from_qos)?;
+                }
                 if let Some(caps) = &patch.caps {
                     self.qos
                         .set_caps(name, Some(caps))
@@ -486,10 +517,7 @@ impl Control {
             check_caps(caps)?;
         }
         if let Some(r) = &patch.reserve {
-            r.validate().map_err(|e| match e.split_once(": ") {
-                Some((field, message)) => ApiError::field(field, message),
-                None => ApiError::field("reserve", e),
-            })?;
+            check_reserve(r)?;
         }
         let service = ServiceChange {
             class: patch.class,

@@ -70,10 +70,10 @@ pub enum CtlCommand {
         #[arg(long)]
         target: Option<String>,
     },
-    /// Set a volume's reservation, at runtime and persistently: KEY=VALUE pairs with the
-    /// keys of `reserve` in the config (iops, bps, pct). No pairs removes it.
+    /// Set the reservation of a volume or group, at runtime and persistently: KEY=VALUE
+    /// pairs with the keys of `reserve` in the config (iops, bps, pct). No pairs removes it.
     SetReserve {
-        /// Volume name.
+        /// Volume or group name.
         name: String,
         /// e.g. `iops=500` or `pct=30`.
         #[arg(value_name = "KEY=VALUE")]
@@ -250,15 +250,11 @@ pub fn run(args: &CtlArgs) -> Result<(), String> {
         }
         CtlCommand::SetReserve { name, values } => {
             let reserve = key_values(values)?;
-            let v = api.ok(
-                "PATCH",
-                &format!("/v1/volumes/{}", encode_segment(name)),
-                Some(&json!({ "reserve": reserve })),
-            )?;
+            let (kind, v) = api.patch_node(name, &json!({ "reserve": reserve }))?;
             if args.json {
                 return print_json(&v);
             }
-            println!("volume {name}: reserve {}", v["reserve"]["value"]);
+            println!("{kind} {name}: reserve {}", v["reserve"]["value"]);
         }
         CtlCommand::Qos {
             enable,

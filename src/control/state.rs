@@ -37,7 +37,7 @@ use std::path::{Path, PathBuf};
 pub const STATE_VERSION: u32 = 1;
 
 /// Runtime overrides of a group.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GroupOverride {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -45,6 +45,9 @@ pub struct GroupOverride {
     /// `{}` = caps removed at runtime.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caps: Option<CapsConfig>,
+    /// `{}` = reservation removed at runtime.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserve: Option<ReserveConfig>,
 }
 
 /// Runtime overrides of a volume.
@@ -214,6 +217,7 @@ mod tests {
             GroupOverride {
                 weight: Some(5),
                 caps: Some(CapsConfig::default()),
+                reserve: None,
             },
         );
         s.qos = Some(QosConfig {

@@ -142,6 +142,10 @@ fn plan(dev: &DeviceShared, ps: &mut PlannerState) -> u64 {
     }
     idle::deactivate_idle(dev, st, &ctx);
     usage::flush(st, ps.books(st.tree.nodes.len()), elapsed_ns);
+    if st.group_reserves {
+        // Members came and went: split the groups' reservations again (design §14).
+        dev.apply_reservations(st);
+    }
     let verdict = latency_class::steer(dev, st, ps.books(st.tree.nodes.len()), now.now_ns);
     ps.latency_class.device_miss |= verdict.device_miss;
     ps.latency_class.unmet = verdict.unmet;

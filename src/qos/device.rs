@@ -38,12 +38,12 @@ use crate::cost_model::{CostModel, ModelConfig};
 use crate::vtime::VTIME_PER_USEC;
 
 use super::caps::{CapsConfig, NodeCaps};
-use super::class::{Class, ServiceChange, BACKGROUND_FLOOR_PPM};
+use super::class::{Class, ServiceChange};
 use super::clock::Clock;
 use super::config::QosConfig;
 use super::error::QosError;
 use super::params::{Margins, QosParams};
-use super::reserve::{reservable_ppm, ReserveConfig};
+use super::reserve::{self, reservable_ppm, ReserveConfig};
 use super::stats::{DeviceStats, PeriodRecord};
 use super::tree::{NodeId, Tree, ROOT};
 use super::vclock::{Now, VClock};
@@ -67,6 +67,9 @@ pub(crate) struct DeviceState {
     /// See [`DeviceStats::contended_periods`].
     pub contended_periods: u64,
     pub contended_periods_missed: u64,
+    /// Some group has a reservation: the planner splits it among the group's active
+    /// volumes every period.
+    pub group_reserves: bool,
     /// Every configuration ever published; `DeviceShared::cfg` points into one of
     /// them. Never shrinks while the device lives (see the module docs).
     pub cfg_history: Vec<Arc<DeviceCfg>>,
@@ -171,6 +174,22 @@ impl DeviceShared {
         } else {
             // The in-use weight it would come back with was for the old weight.
             st.tree.nodes[id].last_inuse = 0;
+        }
+    }
+
+    /// Hand every volume its reserved share (design §14): after a change of
+    /// reservations, classes or the model, and every period while a group's reservation
+    /// is split among its active volumes (device lock held).
+    pub(crate) fn apply_reservations(&self, st: &DeviceState) {
+        let model = &*self.cfg().model;
+        let now_ns = self.clock.now_ns();
+        let shares = reserve::volume_shares(&st.tree, model);
+        for &id in &st.tree.volumes {
+            if let Some(core) = &st.tree.nodes[id].volume {
+                if core.reserve.share_ppm.load(Relaxed) != shares[id] {
+                    core.reserve.set(shares[id], now_ns);
+                }
+            }
         }
     }
 
@@ -301,6 +320,7 @@ impl QosDevice {
             last: PeriodRecord::default(),
             contended_periods: 0,
             contended_periods_missed: 0,
+            group_reserves: false,
             cfg_history: vec![Arc::new(DeviceCfg {
                 params,
                 model: Arc::from(model),
@@ -482,6 +502,14 @@ impl QosDevice {
     /// the reservations of all volumes would take more of the device than may be
     /// reserved.
     pub fn set_reserve(&self, name: &str, reserve: Option<&ReserveConfig>) -> Result<(), QosError> {
+        let is_group = {
+            let st = self.shared.lock();
+            let id = Self::node_id(&st, name)?;
+            st.tree.nodes[id].volume.is_none()
+        };
+        if is_group {
+            return self.set_group_reserve(name, reserve);
+        }
         self.set_service(
             name,
             &ServiceChange {
@@ -489,6 +517,34 @@ impl QosDevice {
                 ..ServiceChange::default()
             },
         )
+    }
+
+    /// A group's reservation: its volumes together get at least that much while they have
+    /// demand, split among the active ones by weight (design §14).
+    fn set_group_reserve(
+        &self,
+        name: &str,
+        reserve: Option<&ReserveConfig>,
+    ) -> Result<(), QosError> {
+        let reserve = reserve.filter(|r| r.is_set()).copied();
+        if let Some(r) = &reserve {
+            r.validate().map_err(QosError::InvalidConfig)?;
+        }
+        let mut st = self.shared.lock();
+        let id = Self::node_id(&st, name)?;
+        let old = std::mem::replace(&mut st.tree.nodes[id].reserve, reserve);
+        let cfg = self.shared.cfg();
+        if let Err(e) = Self::check_reservations(&st, &*cfg.model, cfg.qos.min, id) {
+            st.tree.nodes[id].reserve = old;
+            return Err(e);
+        }
+        st.group_reserves = st
+            .tree
+            .nodes
+            .iter()
+            .any(|n| n.volume.is_none() && n.reserve.is_some());
+        self.apply_reservations(&st);
+        Ok(())
     }
 
     /// Set a volume's class (design §13, §15). An active volume leaves the weight tree and
@@ -560,7 +616,7 @@ impl QosDevice {
         let named = staged
             .iter()
             .map(|(id, ..)| *id)
-            .max_by_key(|&id| Self::reserved_ppm(&st, &*cfg.model, id));
+            .max_by_key(|&id| reserve::own_ppm(&st.tree.nodes[id], &*cfg.model));
         if let Some(named) = named {
             if let Err(e) = Self::check_reservations(&st, &*cfg.model, cfg.qos.min, named) {
                 for ((id, ..), (background, reserve)) in staged.iter().zip(old).rev() {
@@ -628,18 +684,7 @@ impl QosDevice {
         core.invalidate_hweights(self.shared.hweight_gen.load(Acquire));
     }
 
-    /// The reserved share (ppm) of volume `id`: its `reserve`, or a background volume's
-    /// floor.
-    fn reserved_ppm(st: &DeviceState, model: &dyn CostModel, id: NodeId) -> u64 {
-        let node = &st.tree.nodes[id];
-        match node.reserve {
-            Some(r) => r.share_ppm(model),
-            None if node.background => BACKGROUND_FLOOR_PPM,
-            None => 0,
-        }
-    }
-
-    /// Is the sum of reserved shares within what may be reserved? `changed`: the volume
+    /// Is the device's reserved total within what may be reserved? `changed`: the node
     /// to name in the error.
     fn check_reservations(
         st: &DeviceState,
@@ -647,19 +692,14 @@ impl QosDevice {
         min_pct: f64,
         changed: NodeId,
     ) -> Result<(), QosError> {
-        let total: u64 = st
-            .tree
-            .volumes
-            .iter()
-            .map(|&v| Self::reserved_ppm(st, model, v))
-            .sum();
+        let total = reserve::total_ppm(&st.tree, model);
         let limit = reservable_ppm(min_pct);
         if total <= limit {
             return Ok(());
         }
         Err(QosError::Overcommitted {
             name: st.tree.nodes[changed].name.clone(),
-            share_pct: Self::reserved_ppm(st, model, changed) as f64 / 1e4,
+            share_pct: reserve::own_ppm(&st.tree.nodes[changed], model) as f64 / 1e4,
             total_pct: total as f64 / 1e4,
             reservable_pct: limit as f64 / 1e4,
         })
@@ -668,16 +708,7 @@ impl QosDevice {
     /// Hand every volume its reserved share (after a change of reservations, classes or
     /// the model).
     fn apply_reservations(&self, st: &DeviceState) {
-        let model = &*self.shared.cfg().model;
-        let now_ns = self.shared.clock.now_ns();
-        for &id in &st.tree.volumes {
-            if let Some(core) = &st.tree.nodes[id].volume {
-                let share = Self::reserved_ppm(st, model, id);
-                if core.reserve.share_ppm.load(Relaxed) != share {
-                    core.reserve.set(share, now_ns);
-                }
-            }
-        }
+        self.shared.apply_reservations(st);
     }
 
     /// A volume's reservation as configured.
@@ -759,7 +790,7 @@ impl QosDevice {
             .volumes
             .iter()
             .copied()
-            .max_by_key(|&v| Self::reserved_ppm(st, model, v));
+            .max_by_key(|&v| reserve::own_ppm(&st.tree.nodes[v], model));
         match largest {
             Some(id) => Self::check_reservations(st, model, min_pct, id),
             None => Ok(()),

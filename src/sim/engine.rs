@@ -107,6 +107,7 @@ pub fn run(sc: &Scenario) -> Result<SimResult, Error> {
     for g in &sc.groups {
         qos.add_group(&g.name, g.parent.as_deref(), g.weight)
             .and_then(|()| qos.set_caps(&g.name, g.caps.as_ref()))
+            .and_then(|()| qos.set_reserve(&g.name, g.reserve.as_ref()))
             .map_err(|e| Error::Invalid(format!("group {:?}: {e}", g.name)))?;
     }
     let mut vols = Vec::new();

@@ -154,6 +154,9 @@ pub struct GroupSection {
     /// daemon's config.
     #[serde(default)]
     pub caps: Option<crate::qos::CapsConfig>,
+    /// As `[[group]] reserve` of the daemon's config.
+    #[serde(default)]
+    pub reserve: Option<crate::qos::ReserveConfig>,
 }
 
 fn default_weight() -> u32 {

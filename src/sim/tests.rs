@@ -59,6 +59,18 @@ fn volumes(spec: &[(&str, u32)]) -> String {
         .collect()
 }
 
+/// QD32 4 KiB random readers on each of `vols`.
+fn random_readers(vols: &[&str]) -> String {
+    vols.iter()
+        .map(|v| saturating(v, 32, "4k", 100.0, "random"))
+        .collect()
+}
+
+/// The percentage of the device's time `vol` used in a window.
+fn device_pct(r: &SimResult, vol: &str, from_ns: u64, to_ns: u64) -> f64 {
+    r.utilisation(from_ns, to_ns) * r.share(vol, from_ns, to_ns) / 100.0
+}
+
 fn saturating(vol: &str, depth: u32, bs: &str, read_pct: f64, pattern: &str) -> String {
     format!(
         "[[workload]]\nvolume = \"{vol}\"\ndepth = {depth}\nbs = \"{bs}\"\nread_pct = {read_pct}\npattern = \"{pattern}\"\n"
@@ -798,7 +810,7 @@ fn a_background_volume_yields_within_a_period_and_fills_idle_time() {
         }
     }
     for off in [SEC, 5 * SEC, 9 * SEC] {
-        let used = r.utilisation(off, off + SEC) * r.share("bg", off, off + SEC) / 100.0;
+        let used = device_pct(&r, "bg", off, off + SEC);
         assert!(
             used >= 90.0,
             "background used {used:.1} % of the device in [{off}, +1 s)\n{report}"
@@ -828,15 +840,12 @@ fn a_reservation_holds_beside_three_aggressors() {
     let text = base("5s", "0s", "")
         + "[[volume]]\nname = \"r\"\nweight = 100\nreserve = { pct = 30.0 }\n"
         + &volumes(&[("a1", 100), ("a2", 100), ("a3", 100)])
-        + &saturating("r", 32, "4k", 100.0, "random")
-        + &saturating("a1", 32, "4k", 100.0, "random")
-        + &saturating("a2", 32, "4k", 100.0, "random")
-        + &saturating("a3", 32, "4k", 100.0, "random");
+        + &random_readers(&["r", "a1", "a2", "a3"]);
     let r = run_toml(&text);
     let report = r.report();
     for s in 1..5 {
         let (from, to) = (s * SEC, (s + 1) * SEC);
-        let used = r.utilisation(from, to) * r.share("r", from, to) / 100.0;
+        let used = device_pct(&r, "r", from, to);
         assert!(
             used >= 28.5,
             "second {s}: {used:.1} % of the device\n{report}"
@@ -940,4 +949,43 @@ fn a_latency_class_volume_meets_its_target_beside_a_heavier_aggressor() {
         p99 > 10_000_000 && iops < 200.0,
         "normal class: p99 {p99} ns, {iops:.0} IOPS"
     );
+}
+
+/// Issue #13 item 2 per group: a group reserving 40 % of the device gives its two
+/// volumes together ≥ 38 % beside three saturating aggressors of equal weight at the top
+/// level, where by weight the group would have 25 %; its members split it by weight
+/// (100:300). A group's reservation covers its members' own: a member reserving less adds
+/// nothing to the device's total.
+#[test]
+fn a_group_reservation_holds_for_its_members_together() {
+    let text = base("5s", "0s", "")
+        + "[[group]]\nname = \"tenant\"\nreserve = { pct = 40.0 }\n"
+        + "[[volume]]\nname = \"m1\"\ngroup = \"tenant\"\nweight = 100\nreserve = { pct = 5.0 }\n"
+        + "[[volume]]\nname = \"m2\"\ngroup = \"tenant\"\nweight = 300\n"
+        + &volumes(&[("a1", 100), ("a2", 100), ("a3", 100)])
+        + &random_readers(&["m1", "m2", "a1", "a2", "a3"]);
+    let r = run_toml(&text);
+    let report = r.report();
+    for s in 1..5 {
+        let (from, to) = (s * SEC, (s + 1) * SEC);
+        let used = |v: &str| device_pct(&r, v, from, to);
+        let (m1, m2) = (used("m1"), used("m2"));
+        assert!(m1 + m2 >= 38.0, "second {s}: {m1:.1} + {m2:.1} %\n{report}");
+        assert!(
+            (m2 / m1 - 3.0).abs() < 0.5,
+            "second {s}: {m1:.1}, {m2:.1} %\n{report}"
+        );
+    }
+    // 40 % for the group (not 45): with 33 % more elsewhere, 73 % > 72 % is refused.
+    let over = text.replace(
+        "name = \"a1\"\nweight = 100\n",
+        "name = \"a1\"\nweight = 100\nreserve = { pct = 33.0 }\n",
+    );
+    let err = run_str(&over).unwrap_err().to_string();
+    assert!(err.contains("73.0 %"), "{err}");
+    let fits = text.replace(
+        "name = \"a1\"\nweight = 100\n",
+        "name = \"a1\"\nweight = 100\nreserve = { pct = 32.0 }\n",
+    );
+    assert!(run_str(&fits).is_ok());
 }
