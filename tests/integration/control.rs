@@ -507,7 +507,10 @@ fn restart_keeps_runtime_changes() {
     );
     let g = ok(&d, "GET", "/v1/groups/tenant-b", None);
     assert_eq!(g["weight"], json!({"value": 900, "source": "runtime"}));
-    assert_eq!(g["reserve"], json!({"value": {"pct": 10.0}, "source": "runtime"}));
+    assert_eq!(
+        g["reserve"],
+        json!({"value": {"pct": 10.0}, "source": "runtime"})
+    );
     assert_eq!(g["volumes"], json!(["a"]));
     let dev = ok(&d, "GET", "/v1/device", None);
     assert_eq!(dev["qos"]["source"], "runtime");
