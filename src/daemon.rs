@@ -68,6 +68,7 @@ impl Daemon {
                 )
                 .map_err(|e| DaemonError::Qos(format!("volume {}: {e}", v.name)))?;
             qos.set_caps(&v.name, v.caps.as_ref())
+                .and_then(|()| qos.set_op_caps(&v.name, v.op_caps.as_ref()))
                 .and_then(|()| {
                     qos.set_service(
                         &v.name,

@@ -22,6 +22,11 @@ pub trait Admission: Send + Sync + 'static {
     /// The request last told to wait will not be offered again (its queue is being
     /// drained and it goes without admission).
     fn abandon_wait(&self) {}
+    /// Whether a request of `kind` told to wait may be passed by the requests behind it
+    /// (its operation has caps of its own); otherwise a waiting head holds the rest.
+    fn may_pass(&self, _kind: IoKind) -> bool {
+        false
+    }
 }
 
 impl<A: Admission> Admission for std::sync::Arc<A> {
@@ -37,6 +42,9 @@ impl<A: Admission> Admission for std::sync::Arc<A> {
     }
     fn abandon_wait(&self) {
         (**self).abandon_wait()
+    }
+    fn may_pass(&self, kind: IoKind) -> bool {
+        (**self).may_pass(kind)
     }
 }
 
@@ -54,5 +62,8 @@ impl Admission for crate::qos::VolumeQos {
     }
     fn abandon_wait(&self) {
         self.cancel_wait()
+    }
+    fn may_pass(&self, kind: IoKind) -> bool {
+        crate::qos::VolumeQos::may_pass(self, kind)
     }
 }

@@ -1,7 +1,10 @@
 //! The volume FIFO between parsing and the device (design §3.6). Requests wait in arrival
 //! order and only the head is offered to admission control: a head told to wait holds
 //! everything behind it, and an admitted head keeps its place while it waits for a device
-//! slot. Transport-free: the worker drives it with io_uring and device slots, the
+//! slot. One exception: a request whose operation has caps of its own (`op_caps`, design
+//! §12.3) that is told to wait steps aside, so a flush or discard storm held by its caps
+//! does not hold the reads and writes behind it; the requests aside are offered first
+//! when their time comes. Transport-free: the worker drives it with io_uring and device slots, the
 //! simulator (`sim::engine`) with its modelled disk, and its tests with a scripted
 //! admission control.
 
@@ -36,12 +39,15 @@ pub(crate) enum Next<R, T> {
 
 pub(crate) struct AdmitQueue<R, T> {
     fifo: VecDeque<Parked<R, T>>,
+    /// Requests that stepped aside, in arrival order, each with the time to offer it again.
+    aside: VecDeque<(u64, Parked<R, T>)>,
 }
 
 impl<R, T> Default for AdmitQueue<R, T> {
     fn default() -> Self {
         AdmitQueue {
             fifo: VecDeque::new(),
+            aside: VecDeque::new(),
         }
     }
 }
@@ -59,41 +65,89 @@ impl<R, T> AdmitQueue<R, T> {
     }
 
     pub fn len(&self) -> usize {
-        self.fifo.len()
+        self.fifo.len() + self.aside.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.fifo.is_empty()
+        self.fifo.is_empty() && self.aside.is_empty()
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &Parked<R, T>> {
-        self.fifo.iter()
+        self.aside.iter().map(|(_, p)| p).chain(self.fifo.iter())
     }
 
     /// Offers the head to `admission` (unless it was admitted earlier) and then asks
-    /// `take_slot` for a device slot.
+    /// `take_slot` for a device slot. A request aside whose time has come is offered first.
     pub fn next<A: Admission<Ticket = T>>(
         &mut self,
         admission: &A,
         now_ns: u64,
         take_slot: impl FnOnce() -> bool,
     ) -> Next<R, T> {
-        let Some(head) = self.fifo.front_mut() else {
-            return Next::Empty;
-        };
-        if head.ticket.is_none() {
-            match admission.admit(&head.io, now_ns) {
+        if self.aside.front().is_some_and(|(at, _)| *at <= now_ns) {
+            let (_, mut p) = self.aside.pop_front().expect("checked");
+            if p.ticket.is_some() {
+                return self.start_aside(p, now_ns, take_slot);
+            }
+            match admission.admit(&p.io, now_ns) {
                 Decision::Go(ticket) => {
-                    head.ticket = Some(ticket);
-                    head.admitted_ns = now_ns;
+                    p.ticket = Some(ticket);
+                    p.admitted_ns = now_ns;
+                    return self.start_aside(p, now_ns, take_slot);
                 }
-                Decision::Wait { until_ns } => return Next::WaitUntil(until_ns),
+                Decision::Wait { until_ns } => self.put_aside(until_ns, p),
             }
         }
+        loop {
+            let more = self.fifo.len() > 1;
+            let Some(head) = self.fifo.front_mut() else {
+                return match self.aside.front() {
+                    Some((at, _)) => Next::WaitUntil(*at),
+                    None => Next::Empty,
+                };
+            };
+            if head.ticket.is_none() {
+                match admission.admit(&head.io, now_ns) {
+                    Decision::Go(ticket) => {
+                        head.ticket = Some(ticket);
+                        head.admitted_ns = now_ns;
+                    }
+                    Decision::Wait { until_ns } => {
+                        if more && admission.may_pass(head.io.kind) {
+                            let p = self.fifo.pop_front().expect("the head exists");
+                            self.put_aside(until_ns, p);
+                            continue;
+                        }
+                        let aside = self.aside.front().map_or(u64::MAX, |(at, _)| *at);
+                        return Next::WaitUntil(until_ns.min(aside));
+                    }
+                }
+            }
+            if !take_slot() {
+                return Next::NoSlot;
+            }
+            return Next::Start(self.fifo.pop_front().expect("the head exists"));
+        }
+    }
+
+    /// Start an admitted request from aside, or keep it first aside until a slot frees.
+    fn start_aside(
+        &mut self,
+        p: Parked<R, T>,
+        now_ns: u64,
+        take_slot: impl FnOnce() -> bool,
+    ) -> Next<R, T> {
         if !take_slot() {
+            self.aside.push_front((now_ns, p));
             return Next::NoSlot;
         }
-        Next::Start(self.fifo.pop_front().expect("the head exists"))
+        Next::Start(p)
+    }
+
+    /// Keep `p` aside until `at`, ordered by that time.
+    fn put_aside(&mut self, at: u64, p: Parked<R, T>) {
+        let i = self.aside.partition_point(|(t, _)| *t <= at);
+        self.aside.insert(i, (at, p));
     }
 
     /// Removes every request `pick` selects, wherever it is, in order, for the caller to
@@ -107,28 +161,45 @@ impl<R, T> AdmitQueue<R, T> {
         pick: impl Fn(&R) -> bool,
     ) -> Vec<Parked<R, T>> {
         let mut taken = Vec::new();
+        let mut abandoned = false;
+        let mut i = 0;
+        while i < self.aside.len() {
+            if !pick(&self.aside[i].1.req) {
+                i += 1;
+                continue;
+            }
+            let (_, p) = self.aside.remove(i).expect("index in range");
+            abandoned |= p.ticket.is_none();
+            taken.push(p);
+        }
         let mut i = 0;
         while i < self.fifo.len() {
             if !pick(&self.fifo[i].req) {
                 i += 1;
                 continue;
             }
-            let mut p = self.fifo.remove(i).expect("index in range");
-            if i == 0 && p.ticket.is_none() {
-                // It may have been told to wait: QoS must not keep counting it as waiting.
-                admission.abandon_wait();
-            }
+            let p = self.fifo.remove(i).expect("index in range");
+            // It may have been told to wait: QoS must not keep counting it as waiting.
+            abandoned |= i == 0 && p.ticket.is_none();
+            taken.push(p);
+        }
+        if abandoned {
+            admission.abandon_wait();
+        }
+        for p in &mut taken {
             if p.admitted_ns == 0 {
                 p.admitted_ns = now_ns;
             }
-            taken.push(p);
         }
         taken
     }
 
     /// Empties the FIFO (the connection is gone): the requests were never started.
     pub fn drain(&mut self) -> impl Iterator<Item = Parked<R, T>> + '_ {
-        self.fifo.drain(..)
+        self.aside
+            .drain(..)
+            .map(|(_, p)| p)
+            .chain(self.fifo.drain(..))
     }
 }
 
@@ -165,6 +236,8 @@ mod tests {
         answers: Mutex<Vec<Decision<u32>>>,
         offered: Mutex<Vec<u64>>,
         abandoned: Mutex<u32>,
+        /// Flushes have caps of their own.
+        flush_passes: bool,
     }
 
     impl Scripted {
@@ -191,6 +264,9 @@ mod tests {
         fn complete(&self, _: &[(u32, Timing)]) {}
         fn abandon_wait(&self) {
             *self.abandoned.lock().unwrap() += 1;
+        }
+        fn may_pass(&self, kind: IoKind) -> bool {
+            self.flush_passes && kind == IoKind::Flush
         }
     }
 
@@ -240,6 +316,60 @@ mod tests {
         // Not offered to admission again: it was charged once.
         assert_eq!(started(q.next(&a, 300, || true)), (10, Some(7), 100));
         assert_eq!(*a.offered.lock().unwrap(), [10]);
+    }
+
+    /// A flush whose operation has caps of its own steps aside when told to wait; the
+    /// reads behind it go, and it is offered first when its time comes. Alone, or
+    /// without caps of its own, a waiting head holds its place.
+    #[test]
+    fn a_request_with_caps_of_its_own_steps_aside_when_it_must_wait() {
+        let mut a = Scripted::answering(&[
+            Decision::Wait { until_ns: 500 },
+            Decision::Go(1),
+            Decision::Go(2),
+            Decision::Go(3),
+        ]);
+        a.flush_passes = true;
+        let mut q = AdmitQueue::default();
+        q.push(
+            10,
+            IoRequest {
+                kind: IoKind::Flush,
+                offset: 10,
+                len: 0,
+            },
+            0,
+        );
+        q.push(20, io(20), 0);
+        q.push(30, io(30), 0);
+        assert_eq!(started(q.next(&a, 100, || true)), (20, Some(1), 100));
+        assert_eq!(started(q.next(&a, 100, || true)), (30, Some(2), 100));
+        assert!(matches!(q.next(&a, 100, || true), Next::WaitUntil(500)));
+        assert_eq!(q.len(), 1);
+        assert_eq!(started(q.next(&a, 500, || true)), (10, Some(3), 500));
+        assert_eq!(*a.offered.lock().unwrap(), [10, 20, 30, 10]);
+        assert!(matches!(q.next(&a, 500, || true), Next::Empty));
+
+        // Alone it waits in place; without caps of its own it holds the rest.
+        for passes in [true, false] {
+            let mut a = Scripted::answering(&[Decision::Wait { until_ns: 500 }]);
+            a.flush_passes = passes;
+            let mut q = AdmitQueue::default();
+            q.push(
+                10,
+                IoRequest {
+                    kind: IoKind::Flush,
+                    offset: 10,
+                    len: 0,
+                },
+                0,
+            );
+            if !passes {
+                q.push(20, io(20), 0);
+            }
+            assert!(matches!(q.next(&a, 100, || true), Next::WaitUntil(500)));
+            assert_eq!(*a.offered.lock().unwrap(), [10]);
+        }
     }
 
     #[test]

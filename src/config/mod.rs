@@ -174,6 +174,9 @@ pub struct VolumeConfig {
     /// Hard limits on IOPS and bandwidth, with QEMU's throttling semantics.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caps: Option<crate::qos::CapsConfig>,
+    /// Caps per operation (flush, discard, write_zeroes), which `caps` leave alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op_caps: Option<crate::qos::OpCapsConfig>,
     /// `normal`; `latency`: meets `latency_target`; `background`: served from what the
     /// others leave idle.
     #[serde(default)]
@@ -389,6 +392,12 @@ impl Config {
             }
             check_weight(&v.key(i, "weight"), v.weight)?;
             check_caps(&|f: &str| v.key(i, f), v.caps.as_ref())?;
+            if let Some(op_caps) = &v.op_caps {
+                op_caps.validate().map_err(|e| match e.split_once(": ") {
+                    Some((field, message)) => invalid(v.key(i, field), message),
+                    None => invalid(v.key(i, "op_caps"), e),
+                })?;
+            }
             if v.class == crate::qos::Class::Latency && v.latency_target.is_none() {
                 return Err(invalid(
                     v.key(i, "latency_target"),

@@ -193,3 +193,30 @@ fn class_and_reserve_parse_and_errors_name_the_key() {
     let e = err_of(&with("class = \"bulk\""));
     assert!(e.contains("class") && e.contains("background"), "{e}");
 }
+
+#[test]
+fn op_caps_parse_and_errors_name_the_key() {
+    let with = |extra: &str| {
+        BASE.replace(
+            "group = \"tenant-a\"",
+            &format!("group = \"tenant-a\"\n{extra}"),
+        )
+    };
+    let c = Config::parse(&with(
+        "op_caps = { flush = { iops = 200 }, discard = { bps = \"100MiB\" } }",
+    ))
+    .unwrap();
+    let op = c.volumes[0].op_caps.unwrap();
+    assert_eq!(op.flush.unwrap().iops, 200);
+    assert_eq!(op.discard.unwrap().bps.0, 100 << 20);
+    let e = err_of(&with("op_caps = { flush = { read_iops = 5 } }"));
+    assert!(e.contains("volume[0] \"a\".op_caps.flush"), "{e}");
+    let e = err_of(&with(
+        "op_caps = { discard = { iops = 5, burst_iops = 1 } }",
+    ));
+    assert!(
+        e.contains("volume[0] \"a\".op_caps.discard.burst_iops"),
+        "{e}"
+    );
+    assert!(Config::parse(&with("op_caps = { read = { iops = 5 } }")).is_err());
+}

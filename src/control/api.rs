@@ -6,7 +6,7 @@
 //! in the state file, see [`super::state`]).
 
 use crate::cost_model::ModelConfig;
-use crate::qos::{CapsConfig, Class, LatencyTarget, QosConfig, ReserveConfig};
+use crate::qos::{CapsConfig, Class, LatencyTarget, OpCapsConfig, QosConfig, ReserveConfig};
 use serde::{Deserialize, Serialize};
 
 /// Where a value comes from.
@@ -72,6 +72,8 @@ pub struct VolumePatch {
     pub group: Option<String>,
     /// New caps; `{}` removes them.
     pub caps: Option<CapsConfig>,
+    /// New caps per operation; `{}` removes them.
+    pub op_caps: Option<OpCapsConfig>,
     /// `"normal"`, `"latency"` or `"background"`.
     pub class: Option<Class>,
     /// The latency class's target, `"p99 2ms"`.
@@ -135,6 +137,8 @@ pub struct VolumeView {
     pub group: Sourced<String>,
     /// The volume's own caps (`{}`: none); its groups' caps apply too.
     pub caps: Sourced<CapsConfig>,
+    /// Caps per operation (`{}`: none).
+    pub op_caps: Sourced<OpCapsConfig>,
     pub class: Sourced<Class>,
     /// The latency class's target (null when none was given).
     pub latency_target: Sourced<Option<LatencyTarget>>,

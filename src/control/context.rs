@@ -172,6 +172,7 @@ impl Control {
             o.weight.is_some()
                 || o.group.is_some()
                 || o.caps.is_some()
+                || o.op_caps.is_some()
                 || o.class.is_some()
                 || o.latency_target.is_some()
                 || o.reserve.is_some()
@@ -206,6 +207,11 @@ impl Control {
                 .map_err(in_state_file)?;
             if let Some(caps) = &o.caps {
                 self.qos.set_caps(name, Some(caps)).map_err(in_state_file)?;
+            }
+            if let Some(op_caps) = &o.op_caps {
+                self.qos
+                    .set_op_caps(name, Some(op_caps))
+                    .map_err(in_state_file)?;
             }
         }
         // Classes and reservations together: checked once, as they stand at the end.
@@ -458,6 +464,10 @@ impl Control {
                 .as_ref()
                 .map(|i| caps_view(i, o.and_then(|o| o.caps)))
                 .unwrap_or_else(|| Sourced::pick(CapsConfig::default(), None)),
+            op_caps: Sourced {
+                value: info.as_ref().and_then(|i| i.op_caps).unwrap_or_default(),
+                source: Sourced::pick((), o.and_then(|o| o.op_caps).map(|_| ())).source,
+            },
             class: Sourced {
                 value: info.as_ref().map(|i| i.class).unwrap_or_default(),
                 source: Sourced::pick((), o.and_then(|o| o.class).map(|_| ())).source,
@@ -516,6 +526,12 @@ impl Control {
         if let Some(caps) = &patch.caps {
             check_caps(caps)?;
         }
+        if let Some(op_caps) = &patch.op_caps {
+            op_caps.validate().map_err(|e| match e.split_once(": ") {
+                Some((field, message)) => ApiError::field(field, message),
+                None => ApiError::field("op_caps", e),
+            })?;
+        }
         if let Some(r) = &patch.reserve {
             check_reserve(r)?;
         }
@@ -525,7 +541,8 @@ impl Control {
             reserve: patch.reserve.map(Some),
         };
         let moves = patch.weight.is_some() || patch.group.is_some();
-        if service == ServiceChange::default() && patch.caps.is_none() && !moves {
+        let capping = patch.caps.is_some() || patch.op_caps.is_some();
+        if service == ServiceChange::default() && !capping && !moves {
             return self.volume(name);
         }
         // One record and one application: the state file is written once, before
@@ -537,6 +554,7 @@ impl Control {
                 o.latency_target = patch.latency_target.or(o.latency_target);
                 o.reserve = patch.reserve.or(o.reserve);
                 o.caps = patch.caps.or(o.caps);
+                o.op_caps = patch.op_caps.or(o.op_caps);
                 o.weight = patch.weight.or(o.weight);
                 o.group = patch.group.clone().or(o.group.take());
             },
@@ -549,6 +567,11 @@ impl Control {
                 if let Some(caps) = &patch.caps {
                     self.qos
                         .set_caps(name, Some(caps))
+                        .map_err(|e| ApiError::body(e.to_string()))?;
+                }
+                if let Some(op_caps) = &patch.op_caps {
+                    self.qos
+                        .set_op_caps(name, Some(op_caps))
                         .map_err(|e| ApiError::body(e.to_string()))?;
                 }
                 if moves {

@@ -27,7 +27,7 @@
 
 use crate::calibration::Calibration;
 use crate::cost_model::ModelConfig;
-use crate::qos::{CapsConfig, Class, LatencyTarget, QosConfig, ReserveConfig};
+use crate::qos::{CapsConfig, Class, LatencyTarget, OpCapsConfig, QosConfig, ReserveConfig};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -62,6 +62,9 @@ pub struct VolumeOverride {
     /// `{}` = caps removed at runtime.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caps: Option<CapsConfig>,
+    /// `{}` = caps per operation removed at runtime.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op_caps: Option<OpCapsConfig>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub class: Option<Class>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -204,6 +207,7 @@ mod tests {
                     iops: 2000,
                     ..CapsConfig::default()
                 }),
+                op_caps: None,
                 class: Some(Class::Latency),
                 latency_target: Some(LatencyTarget::parse("p99 2ms").unwrap()),
                 reserve: Some(ReserveConfig {

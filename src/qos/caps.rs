@@ -58,6 +58,54 @@ pub struct CapsConfig {
     pub iops_size: ByteSize,
 }
 
+/// `op_caps = { ... }` of a volume: caps on the operations its `caps` leave alone, so a
+/// guest's flush or discard storm is bounded without capping its reads and writes. Each
+/// takes the keys of `caps` without a direction (`iops`, `bps`, bursts, `iops_size`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpCapsConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flush: Option<CapsConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discard: Option<CapsConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_zeroes: Option<CapsConfig>,
+}
+
+impl OpCapsConfig {
+    /// The operations with caps set.
+    pub fn each(&self) -> impl Iterator<Item = (IoKind, &'static str, &CapsConfig)> {
+        [
+            (IoKind::Flush, "flush", self.flush.as_ref()),
+            (IoKind::Discard, "discard", self.discard.as_ref()),
+            (
+                IoKind::WriteZeroes,
+                "write_zeroes",
+                self.write_zeroes.as_ref(),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(k, n, c)| c.filter(|c| c.is_set()).map(|c| (k, n, c)))
+    }
+
+    /// The error names the key, `op_caps.flush.iops: ...`.
+    pub fn validate(&self) -> Result<(), String> {
+        for (_, name, caps) in self.each() {
+            let directed = caps.read_iops | caps.write_iops | caps.read_bps.0 | caps.write_bps.0;
+            if directed != 0 {
+                return Err(format!(
+                    "op_caps.{name}: an operation's caps have no direction (use iops and bps)"
+                ));
+            }
+            caps.validate().map_err(|e| {
+                let e = e.strip_prefix("caps.").unwrap_or(&e);
+                format!("op_caps.{name}.{e}")
+            })?;
+        }
+        Ok(())
+    }
+}
+
 fn is_zero(v: &u64) -> bool {
     *v == 0
 }
@@ -300,6 +348,18 @@ impl NodeCaps {
         }
     }
 
+    /// Caps on one operation of a volume (`op_caps`).
+    pub(crate) fn for_op(config: CapsConfig, kind: IoKind, now_ns: u64) -> Self {
+        NodeCaps {
+            state: Mutex::new(CapState {
+                meter: CapMeter::for_op(&config, kind, now_ns),
+                vtime: 0.0,
+                members: Vec::new(),
+            }),
+            config,
+        }
+    }
+
     fn state(&self) -> std::sync::MutexGuard<'_, CapState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -307,9 +367,9 @@ impl NodeCaps {
     /// When member `id` may send a request of `kind`: `None` now, else the time (ns) to
     /// ask again.
     pub(crate) fn wait_until(&self, id: usize, kind: IoKind, now_ns: u64) -> Option<u64> {
-        CapMeter::buckets_of(kind)?;
         let mut st = self.state();
         let st = &mut *st;
+        st.meter.buckets_of(kind)?;
         let Some(until_ns) = st.meter.wait_until(kind, now_ns) else {
             // Open: go unless a member ahead in line is due to ask now.
             let me = st.start_tag(id);
@@ -360,6 +420,9 @@ impl NodeCaps {
     /// Count an admitted request of member `id` (of `weight`), `kind` and `len` bytes.
     pub(crate) fn account(&self, id: usize, weight: u32, kind: IoKind, len: u64) {
         let mut st = self.state();
+        if st.meter.buckets_of(kind).is_none() {
+            return;
+        }
         let seconds = st.meter.account(kind, len);
         let start = st.start_tag(id);
         st.vtime = start;
@@ -395,6 +458,8 @@ impl CapState {
 /// The leaky buckets of one set of caps.
 #[derive(Clone, Debug)]
 pub struct CapMeter {
+    /// Per-operation caps count only this kind (and nothing else counts in them).
+    only: Option<IoKind>,
     buckets: [Bucket; 6],
     op_size: f64,
     last_leak_ns: u64,
@@ -413,14 +478,28 @@ impl CapMeter {
         buckets[OPS_READ] = Bucket::new(cfg.read_iops, omax, length);
         buckets[OPS_WRITE] = Bucket::new(cfg.write_iops, omax, length);
         CapMeter {
+            only: None,
             buckets,
             op_size: cfg.iops_size.0 as f64,
             last_leak_ns: now_ns,
         }
     }
 
+    /// A meter for the caps of one operation (`op_caps`): only requests of `kind` count,
+    /// each as one operation of its length.
+    pub fn for_op(cfg: &CapsConfig, kind: IoKind, now_ns: u64) -> Self {
+        CapMeter {
+            only: Some(kind),
+            ..CapMeter::new(cfg, now_ns)
+        }
+    }
+
     /// The buckets a request of `kind` counts in, or None when caps do not apply to it.
-    fn buckets_of(kind: IoKind) -> Option<[usize; 4]> {
+    fn buckets_of(&self, kind: IoKind) -> Option<[usize; 4]> {
+        if let Some(only) = self.only {
+            // The per-direction buckets are off for an operation's caps (validated).
+            return (kind == only).then_some([BPS_TOTAL, BPS_READ, OPS_TOTAL, OPS_READ]);
+        }
         match kind {
             IoKind::Read => Some([BPS_TOTAL, BPS_READ, OPS_TOTAL, OPS_READ]),
             IoKind::Write | IoKind::WriteZeroes => {
@@ -440,7 +519,7 @@ impl CapMeter {
 
     /// When a request of `kind` may go: `None` now, else the time (ns) to ask again.
     pub fn wait_until(&mut self, kind: IoKind, now_ns: u64) -> Option<u64> {
-        let buckets = Self::buckets_of(kind)?;
+        let buckets = self.buckets_of(kind)?;
         self.leak(now_ns);
         let wait = buckets
             .iter()
@@ -453,7 +532,7 @@ impl CapMeter {
     /// Count an admitted request of `kind` and `len` bytes; returns the seconds of cap
     /// it uses (the largest over its buckets of units / rate; 0 when uncapped).
     pub fn account(&mut self, kind: IoKind, len: u64) -> f64 {
-        let Some(buckets) = Self::buckets_of(kind) else {
+        let Some(buckets) = self.buckets_of(kind) else {
             return 0.0;
         };
         let bytes = len as f64;

@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::cost_model::{CostModel, ModelConfig};
 use crate::vtime::VTIME_PER_USEC;
 
-use super::caps::{CapsConfig, NodeCaps};
+use super::caps::{CapsConfig, NodeCaps, OpCapsConfig};
 use super::class::{Class, ServiceChange};
 use super::clock::Clock;
 use super::config::QosConfig;
@@ -281,6 +281,8 @@ pub struct NodeInfo {
     pub parent: Option<String>,
     /// The node's caps; None = uncapped.
     pub caps: Option<CapsConfig>,
+    /// Volumes: caps per operation.
+    pub op_caps: Option<OpCapsConfig>,
     /// Volumes: the class (groups: `Normal`).
     pub class: Class,
     /// Volumes: the latency target (used in class `latency`).
@@ -469,6 +471,34 @@ impl QosDevice {
         for v in volumes {
             Self::refresh_caps_path(&st, v);
         }
+        Ok(())
+    }
+
+    /// Set or clear a volume's caps per operation (design §12.3). The buckets start empty.
+    pub fn set_op_caps(&self, name: &str, op_caps: Option<&OpCapsConfig>) -> Result<(), QosError> {
+        let op_caps = op_caps.filter(|c| c.each().next().is_some());
+        if let Some(c) = op_caps {
+            c.validate().map_err(QosError::InvalidConfig)?;
+        }
+        let mut st = self.shared.lock();
+        let id = Self::node_id(&st, name)?;
+        let Some(core) = st.tree.nodes[id].volume.clone() else {
+            return Err(QosError::NotAVolume(name.to_owned()));
+        };
+        let now_ns = self.shared.clock.now_ns();
+        let mut kinds = 0u8;
+        st.tree.nodes[id].op_caps = op_caps.map(|c| {
+            let meters = c
+                .each()
+                .map(|(kind, _, caps)| {
+                    kinds |= 1 << kind as u8;
+                    Arc::new(NodeCaps::for_op(*caps, kind, now_ns))
+                })
+                .collect();
+            (*c, meters)
+        });
+        core.own_caps_ops.store(kinds, Relaxed);
+        Self::refresh_caps_path(&st, id);
         Ok(())
     }
 
@@ -888,6 +918,7 @@ impl QosDevice {
                 .filter(|&p| p != ROOT)
                 .map(|p| st.tree.nodes[p].name.clone()),
             caps: n.caps.as_ref().map(|c| c.config),
+            op_caps: n.op_caps.as_ref().map(|(c, _)| *c),
             class: n.class(),
             latency_target: n.latency_target,
         }

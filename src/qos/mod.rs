@@ -94,7 +94,7 @@ pub(crate) mod volume;
 pub(crate) mod weights;
 
 pub use crate::cost_model::{CostModel, IoKind};
-pub use caps::{CapMeter, CapsConfig};
+pub use caps::{CapMeter, CapsConfig, OpCapsConfig};
 pub use class::{Class, LatencyTarget, ServiceChange};
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use config::QosConfig;

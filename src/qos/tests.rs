@@ -205,6 +205,7 @@ fn set_parent_of_an_idle_volume_applies_on_activation() {
             weight: 100,
             parent: None,
             caps: None,
+            op_caps: None,
             class: crate::qos::Class::Normal,
             latency_target: None,
         }]
@@ -360,4 +361,38 @@ fn service_changes_in_one_batch_are_checked_as_they_stand_at_the_end() {
         .is_err());
     assert_eq!(dev.reserve("b").unwrap().unwrap().pct, 10.0);
     assert_eq!(dev.reserve("a").unwrap().unwrap().pct, 60.0);
+}
+
+/// Caps per operation: a flush cap of 10/s lets two flushes go at once (the bucket holds
+/// one, and one may overshoot), then one per 100 ms, while reads and writes go
+/// untouched; the flush may be passed while it waits. Removing the caps lifts them.
+#[test]
+fn op_caps_hold_only_their_operation() {
+    let (dev, clock) = device(&QosConfig {
+        enable: false,
+        ..qos_10ms()
+    });
+    let v = dev.add_volume("v", None, 100).unwrap();
+    let op_caps: OpCapsConfig = toml::from_str("flush = { iops = 10 }").unwrap();
+    dev.set_op_caps("v", Some(&op_caps)).unwrap();
+    let flush = IoRequest {
+        kind: IoKind::Flush,
+        offset: 0,
+        len: 0,
+    };
+    go(v.admit(&flush));
+    go(v.admit(&flush));
+    let until = wait(v.admit(&flush));
+    assert_eq!(until, clock.now_ns() + 100_000_000);
+    for _ in 0..100 {
+        go(v.admit(&io_us(4096)));
+    }
+    assert!(v.may_pass(IoKind::Flush) && !v.may_pass(IoKind::Read));
+    assert_eq!(dev.volumes()[0].op_caps, Some(op_caps));
+    let bad: OpCapsConfig = toml::from_str("discard = { read_iops = 5 }").unwrap();
+    let err = dev.set_op_caps("v", Some(&bad)).unwrap_err().to_string();
+    assert!(err.starts_with("op_caps.discard"), "{err}");
+    dev.set_op_caps("v", None).unwrap();
+    go(v.admit(&flush));
+    assert!(!v.may_pass(IoKind::Flush));
 }

@@ -49,6 +49,8 @@ pub(crate) struct TreeNode {
     pub activated_at_ns: u64,
     /// The node's caps, shared by every volume under it (design §12).
     pub caps: Option<Arc<NodeCaps>>,
+    /// A volume's caps per operation (design §12.3), as configured and as meters.
+    pub op_caps: Option<(super::caps::OpCapsConfig, Vec<Arc<NodeCaps>>)>,
     /// A background volume (design §13): it competes at [`background_weight`].
     pub background: bool,
     /// The volume's reservation as configured (design §14).
@@ -77,6 +79,7 @@ impl TreeNode {
             usage_us: 0,
             activated_at_ns: 0,
             caps: None,
+            op_caps: None,
             background: false,
             reserve: None,
             latency: false,
@@ -174,12 +177,17 @@ impl Tree {
             .collect()
     }
 
-    /// The caps on the root-to-node path, root first.
+    /// The caps on the root-to-node path, root first, then the node's per-operation caps.
     pub(crate) fn caps_path(&self, id: NodeId) -> Box<[Arc<NodeCaps>]> {
-        self.nodes[id]
-            .ancestors
+        let node = &self.nodes[id];
+        let op_caps = node
+            .op_caps
+            .iter()
+            .flat_map(|(_, meters)| meters.iter().cloned());
+        node.ancestors
             .iter()
             .filter_map(|&a| self.nodes[a].caps.clone())
+            .chain(op_caps)
             .collect()
     }
 

@@ -130,6 +130,9 @@ pub(crate) struct VolumeCore {
     pub latency_class: AtomicBool,
     /// The latency class's boost of the weight, ppm (planner-written, for statistics).
     pub boost_ppm: AtomicU64,
+    /// Operations with caps of their own (`op_caps`), one bit per `IoKind`: a waiting one
+    /// may be passed by the requests behind it.
+    pub own_caps_ops: std::sync::atomic::AtomicU8,
 }
 
 impl VolumeCore {
@@ -171,6 +174,7 @@ impl VolumeCore {
             reserve: ReserveBudget::default(),
             latency_class: AtomicBool::new(false),
             boost_ppm: AtomicU64::new(1_000_000),
+            own_caps_ops: std::sync::atomic::AtomicU8::new(0),
         }
     }
 
@@ -250,6 +254,14 @@ pub struct VolumeQos {
 impl VolumeQos {
     pub(crate) fn new(dev: Arc<DeviceShared>, core: Arc<VolumeCore>) -> Self {
         VolumeQos { dev, core }
+    }
+
+    /// Whether a request of `kind` that must wait may be passed by the requests behind
+    /// it: its operation has caps of its own (`op_caps`), so a flush or discard storm
+    /// held by them does not hold the volume's reads and writes (virtio orders nothing
+    /// between requests in flight).
+    pub fn may_pass(&self, kind: IoKind) -> bool {
+        self.core.own_caps_ops.load(Relaxed) & (1 << kind as u8) != 0
     }
 
     /// The volume's name.

@@ -173,3 +173,52 @@ fn a_group_cap_bounds_its_members_and_survives_a_restart() {
     let sum = results[0].iops + results[1].iops;
     assert!((950.0..=1050.0).contains(&sum), "{sum:.0} IOPS");
 }
+
+/// Caps per operation on the real data path: with `op_caps = { flush = { iops = 20 } }` a
+/// guest queueing 40 flushes and then 200 reads on one queue gets its reads at once (the
+/// waiting flushes step aside), while the flushes go at 20 per second: the last one about
+/// 1.9 s after the first.
+#[test]
+fn op_caps_hold_flushes_and_not_the_reads_behind_them() {
+    use crate::client::{Client, Op};
+    let d = DaemonProcess::start(&config(
+        &format!("{SLOW_DEVICE}{DEFAULTS}"),
+        &volume("v", 0, 16, "op_caps = { flush = { iops = 20 } }"),
+    ));
+    let mut c = Client::connect(d.socket("v").as_str(), 1, 200 * 4096);
+    let start = Instant::now();
+    for i in 0..40 {
+        c.submit(0, Op::Flush, i);
+    }
+    for i in 0..200 {
+        let op = Op::Read {
+            off: i as u64 * 4096,
+            len: 4096,
+            buf: i * 4096,
+        };
+        c.submit(0, op, 1000 + i);
+    }
+    let mut order = Vec::new();
+    let mut reads_done = None;
+    while order.len() < 240 {
+        for (user_data, ret) in c.wait(0, 1) {
+            assert_eq!(ret, 0, "request {user_data}");
+            order.push(user_data);
+        }
+        if reads_done.is_none() && order.iter().filter(|&&u| u >= 1000).count() == 200 {
+            reads_done = Some((start.elapsed(), order.iter().filter(|&&u| u < 1000).count()));
+        }
+    }
+    let all_done = start.elapsed();
+    let (reads_at, flushes_before) = reads_done.unwrap();
+    eprintln!("reads done at {reads_at:?} with {flushes_before} flushes done; all at {all_done:?}");
+    assert!(
+        flushes_before <= 10,
+        "{flushes_before} flushes before the last read"
+    );
+    assert!(reads_at < Duration::from_millis(500), "{reads_at:?}");
+    assert!(
+        (1.7..=2.5).contains(&all_done.as_secs_f64()),
+        "{all_done:?}"
+    );
+}
