@@ -114,6 +114,7 @@ fn build_qos(config: &Config) -> Result<QosDevice, DaemonError> {
         qos.add_group(&g.name, parent, g.weight)
             .and_then(|()| qos.set_caps(&g.name, g.caps.as_ref()))
             .and_then(|()| qos.set_reserve(&g.name, g.reserve.as_ref()))
+            .and_then(|()| qos.set_group_class(&g.name, g.class))
             .map_err(|e| DaemonError::Qos(format!("group {}: {e}", g.name)))?;
     }
     tracing::info!(

@@ -139,6 +139,9 @@ pub struct GroupConfig {
     /// The minimum the group's volumes get together while they have demand.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reserve: Option<crate::qos::ReserveConfig>,
+    /// `normal`, or `background`: the whole group yields to its foreground siblings.
+    #[serde(default)]
+    pub class: crate::qos::Class,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -331,6 +334,12 @@ impl Config {
             }
             check_weight(&key("weight"), g.weight)?;
             check_caps(&key, g.caps.as_ref())?;
+            if g.class == crate::qos::Class::Latency {
+                return Err(invalid(
+                    key("class"),
+                    "a group is \"normal\" or \"background\" (the latency class is per volume)",
+                ));
+            }
             if let Some(r) = &g.reserve {
                 r.validate().map_err(|e| match e.split_once(": ") {
                     Some((field, message)) => invalid(key(field), message),

@@ -61,6 +61,8 @@ pub struct GroupPatch {
     pub caps: Option<CapsConfig>,
     /// New reservation for the group's volumes together; `{}` removes it.
     pub reserve: Option<ReserveConfig>,
+    /// `"normal"` or `"background"`.
+    pub class: Option<Class>,
 }
 
 /// `PATCH /v1/volumes/{name}`.
@@ -118,6 +120,7 @@ pub struct GroupView {
     pub caps: Sourced<CapsConfig>,
     /// The minimum the group's volumes get together (`{}`: none).
     pub reserve: Sourced<ReserveConfig>,
+    pub class: Sourced<Class>,
     /// Volumes directly in this group.
     pub volumes: Vec<String>,
 }

@@ -233,6 +233,11 @@ impl Control {
             if let Some(r) = &o.reserve {
                 self.qos.set_reserve(name, Some(r)).map_err(in_state_file)?;
             }
+            if let Some(class) = o.class {
+                self.qos
+                    .set_group_class(name, class)
+                    .map_err(in_state_file)?;
+            }
         }
         if st != before {
             st.save(&self.state_path)
@@ -357,6 +362,10 @@ impl Control {
                     .unwrap_or_default(),
                 source: Sourced::pick((), o.and_then(|o| o.reserve).map(|_| ())).source,
             },
+            class: Sourced {
+                value: info.class,
+                source: Sourced::pick((), o.and_then(|o| o.class).map(|_| ())).source,
+            },
             parent: info.parent.clone().unwrap_or_else(|| ROOT_GROUP.into()),
             volumes: self
                 .qos
@@ -401,7 +410,17 @@ impl Control {
         if let Some(r) = &patch.reserve {
             check_reserve(r)?;
         }
-        if patch.weight.is_none() && patch.caps.is_none() && patch.reserve.is_none() {
+        if patch.class == Some(crate::qos::Class::Latency) {
+            return Err(ApiError::field(
+                "class",
+                "a group is \"normal\" or \"background\" (the latency class is per volume)",
+            ));
+        }
+        if patch.weight.is_none()
+            && patch.caps.is_none()
+            && patch.reserve.is_none()
+            && patch.class.is_none()
+        {
             return self.group(name);
         }
         self.commit(
@@ -410,6 +429,7 @@ impl Control {
                 o.weight = patch.weight.or(o.weight);
                 o.caps = patch.caps.or(o.caps);
                 o.reserve = patch.reserve.or(o.reserve);
+                o.class = patch.class.or(o.class);
             },
             || {
                 if let Some(r) = &patch.reserve {
@@ -427,6 +447,11 @@ impl Control {
                     self.qos
                         .set_weight(name, w)
                         .map_err(|e| ApiError::field("weight", e))?;
+                }
+                if let Some(class) = patch.class {
+                    self.qos
+                        .set_group_class(name, class)
+                        .map_err(ApiError::from_qos)?;
                 }
                 Ok(())
             },

@@ -48,6 +48,8 @@ pub struct GroupOverride {
     /// `{}` = reservation removed at runtime.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reserve: Option<ReserveConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<Class>,
 }
 
 /// Runtime overrides of a volume.
@@ -222,6 +224,7 @@ mod tests {
                 weight: Some(5),
                 caps: Some(CapsConfig::default()),
                 reserve: None,
+                class: Some(Class::Background),
             },
         );
         s.qos = Some(QosConfig {

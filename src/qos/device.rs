@@ -577,6 +577,48 @@ impl QosDevice {
         Ok(())
     }
 
+    /// Set a group's class (design §13): `Background` makes the whole group yield to its
+    /// foreground siblings, whatever its members' classes; the latency class is per
+    /// volume. The group's active volumes leave the weight tree and re-enter at once.
+    pub fn set_group_class(&self, name: &str, class: Class) -> Result<(), QosError> {
+        if class == Class::Latency {
+            return Err(QosError::InvalidConfig(format!(
+                "class: a group is \"normal\" or \"background\"; give {name:?}'s volumes the latency class"
+            )));
+        }
+        let mut st = self.shared.lock();
+        let id = Self::node_id(&st, name)?;
+        if st.tree.nodes[id].volume.is_some() {
+            return Err(QosError::NotAGroup(name.to_owned()));
+        }
+        let background = class.is_background();
+        if st.tree.nodes[id].background == background {
+            return Ok(());
+        }
+        // Like a move (`set_parent_locked`): the group's active volumes leave the sums,
+        // the group changes, and they come back.
+        let members: Vec<(NodeId, u32, u32)> = st
+            .tree
+            .volumes_under(id)
+            .map(|v| {
+                let w = &st.tree.nodes[v].weights;
+                (v, w.active.load(Relaxed), w.inuse.load(Relaxed))
+            })
+            .filter(|&(_, active, _)| active != 0)
+            .collect();
+        for &(v, ..) in &members {
+            st.tree.propagate(v, 0, 0, None);
+        }
+        st.tree.nodes[id].background = background;
+        let now = self.shared.now();
+        for &(v, active, inuse) in &members {
+            st.tree.propagate(v, active, inuse, Some(now.vnow));
+        }
+        st.tree.weights_updated = true;
+        st.tree.commit_weights(&self.shared.hweight_gen);
+        Ok(())
+    }
+
     /// Set a volume's class (design §13, §15). An active volume leaves the weight tree and
     /// re-enters with its new weight at once, so its neighbours' shares change from their
     /// next admission on. Refused like [`QosDevice::set_reserve`] when a background

@@ -396,3 +396,26 @@ fn op_caps_hold_only_their_operation() {
     go(v.admit(&flush));
     assert!(!v.may_pass(IoKind::Flush));
 }
+
+/// A background group yields as a whole, whatever its members' classes: its normal
+/// volume gets ~0.1 % beside a sibling group's volume, and 50 % again once the group is
+/// normal. The latency class is refused for a group.
+#[test]
+fn a_background_group_yields_with_its_normal_members() {
+    let (dev, _clock) = device(&qos_10ms());
+    dev.add_group("A", None, 100).unwrap();
+    dev.add_group("B", None, 100).unwrap();
+    let a = dev.add_volume("a", Some("A"), 100).unwrap();
+    let b = dev.add_volume("b", Some("B"), 100).unwrap();
+    go(a.admit(&io_us(1)));
+    go(b.admit(&io_us(1)));
+    let pct = |v: &VolumeQos| v.stats().hweight_active;
+    assert!((pct(&b) - 50.0).abs() < 0.1, "{}", pct(&b));
+    dev.set_group_class("B", Class::Background).unwrap();
+    assert!(pct(&a) > 99.8 && pct(&b) < 0.2, "{} {}", pct(&a), pct(&b));
+    assert_eq!(dev.groups()[1].class, Class::Background);
+    dev.set_group_class("B", Class::Normal).unwrap();
+    assert!((pct(&b) - 50.0).abs() < 0.1, "{}", pct(&b));
+    assert!(dev.set_group_class("B", Class::Latency).is_err());
+    assert!(dev.set_group_class("a", Class::Background).is_err());
+}

@@ -51,7 +51,7 @@ pub(crate) struct TreeNode {
     pub caps: Option<Arc<NodeCaps>>,
     /// A volume's caps per operation (design §12.3), as configured and as meters.
     pub op_caps: Option<(super::caps::OpCapsConfig, Vec<Arc<NodeCaps>>)>,
-    /// A background volume (design §13): it competes at [`background_weight`].
+    /// A background volume or group (design §13): it competes at [`background_weight`].
     pub background: bool,
     /// The volume's reservation as configured (design §14).
     pub reserve: Option<super::reserve::ReserveConfig>,
@@ -203,9 +203,10 @@ impl Tree {
     /// remember the volume's current budget as its `saved_margin` (the snapback
     /// reference point).
     ///
-    /// Background (design §13): a node with no foreground below it competes at
-    /// [`background_weight`] of its weight, so a subtree of background volumes yields to
-    /// its foreground siblings at every level. A background volume's own weight cell
+    /// Background (design §13): a node that is background itself or has no foreground
+    /// below it competes at [`background_weight`] of its weight, so a subtree of
+    /// background volumes, or a background group, yields to its foreground siblings at
+    /// every level. A background volume's own weight cell
     /// already holds the reduced weight; a group's is applied here, from the count of its
     /// active foreground children, which the walk keeps.
     pub(crate) fn propagate(
@@ -219,7 +220,7 @@ impl Tree {
         let w = &node.weights;
         let inner = node.volume.is_none();
         let child_active_sum = w.child_active_sum.load(Relaxed);
-        let active = if inner && active != 0 && node.fg_children == 0 {
+        let active = if inner && active != 0 && (node.fg_children == 0 || node.background) {
             background_weight(active)
         } else {
             active
@@ -240,11 +241,7 @@ impl Tree {
             vol.saved_margin
                 .store(vdiff(vnow, vol.vtime.load(Relaxed)), Relaxed);
         }
-        let foreground = if inner {
-            node.fg_children > 0
-        } else {
-            !node.background
-        };
+        let foreground = !node.background && (!inner || node.fg_children > 0);
         self.nodes[id].last_inuse = cur_inuse;
         if active == cur_active && inuse == cur_inuse {
             return;
@@ -257,7 +254,7 @@ impl Tree {
             let pid = self.nodes[id].ancestors[lvl];
             let cid = self.nodes[id].ancestors[lvl + 1];
             let parent = &mut self.nodes[pid];
-            let p_fg_old = parent.fg_children > 0;
+            let p_fg_old = parent.fg_children > 0 && !parent.background;
             if fg_new != fg_old {
                 parent.fg_children = if fg_new {
                     parent.fg_children + 1
@@ -265,7 +262,7 @@ impl Tree {
                     parent.fg_children.saturating_sub(1)
                 };
             }
-            let p_fg_new = parent.fg_children > 0;
+            let p_fg_new = parent.fg_children > 0 && !parent.background;
             let p = &self.nodes[pid].weights;
             let c = &self.nodes[cid].weights;
             let da = u64::from(a).wrapping_sub(u64::from(c.active.load(Relaxed)));

@@ -108,6 +108,7 @@ pub fn run(sc: &Scenario) -> Result<SimResult, Error> {
         qos.add_group(&g.name, g.parent.as_deref(), g.weight)
             .and_then(|()| qos.set_caps(&g.name, g.caps.as_ref()))
             .and_then(|()| qos.set_reserve(&g.name, g.reserve.as_ref()))
+            .and_then(|()| qos.set_group_class(&g.name, g.class))
             .map_err(|e| Error::Invalid(format!("group {:?}: {e}", g.name)))?;
     }
     let mut vols = Vec::new();

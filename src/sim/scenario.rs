@@ -157,6 +157,9 @@ pub struct GroupSection {
     /// As `[[group]] reserve` of the daemon's config.
     #[serde(default)]
     pub reserve: Option<crate::qos::ReserveConfig>,
+    /// As `[[group]] class` of the daemon's config.
+    #[serde(default)]
+    pub class: crate::qos::Class,
 }
 
 fn default_weight() -> u32 {

@@ -453,7 +453,7 @@ fn restart_keeps_runtime_changes() {
         &d,
         "PATCH",
         "/v1/groups/tenant-b",
-        Some(json!({"weight": 900, "reserve": {"pct": 10}})),
+        Some(json!({"weight": 900, "reserve": {"pct": 10}, "class": "background"})),
     );
     ok(
         &d,
@@ -507,6 +507,10 @@ fn restart_keeps_runtime_changes() {
     );
     let g = ok(&d, "GET", "/v1/groups/tenant-b", None);
     assert_eq!(g["weight"], json!({"value": 900, "source": "runtime"}));
+    assert_eq!(
+        g["class"],
+        json!({"value": "background", "source": "runtime"})
+    );
     assert_eq!(
         g["reserve"],
         json!({"value": {"pct": 10.0}, "source": "runtime"})
