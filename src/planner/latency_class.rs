@@ -15,7 +15,9 @@
 //! * **Met with margin** (at most 75 % of the target) three windows in a row: the boost
 //!   falls by a fifth, and again every judged window while that lasts, down to none. PINE never gives its boost back; IOCost's margin keeps
 //!   this from oscillating.
-//! * vrate may not rise while any latency-class volume is above 75 % of its target.
+//! * vrate may not rise until every active latency-class volume has met its target with
+//!   margin three windows in a row (one good window right after vrate fell is the fall's
+//!   effect, not room to rise).
 //!
 //! After the boost falls one window is skipped: it may still show the old boost's effect
 //! (PINE's 10 s cycle exists for the same reason). A raise is judged in the next window:
@@ -108,7 +110,9 @@ pub(crate) fn steer(
         } else {
             book.latency_met_streak = 0;
         }
-        book.latency_unmet = p_us * 100 > target.us * MARGIN_PCT;
+        // vrate may rise again only after MET_WINDOWS windows with margin: one good
+        // window right after vrate fell is the fall's effect, not room to rise.
+        book.latency_unmet = book.latency_met_streak < MET_WINDOWS;
         verdict.unmet |= book.latency_unmet;
         if new_boost != boost {
             // A raised weight shows in the very next window (the wait is the daemon's

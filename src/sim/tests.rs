@@ -989,3 +989,48 @@ fn a_group_reservation_holds_for_its_members_together() {
     );
     assert!(run_str(&fits).is_ok());
 }
+
+/// Issue #13, every class at once on one device: a volume under a group capped at 2000
+/// IOPS, a volume reserving 20 %, a latency-class reader (500 IOPS, weight 10, p99 5 ms),
+/// a background writer and a normal aggressor, all backlogged. From the third second on:
+/// the capped volume holds its cap, the reserved one ≥ 19 % of the device, the latency
+/// reader its whole load within its target, the background writer only its floor-ish
+/// share (≤ 5 % of the device but never nothing), and the aggressor the rest.
+#[test]
+fn every_class_at_once_holds_its_promise() {
+    let text = base("8s", "0s", "")
+        + "[[group]]\nname = \"capped-tenant\"\ncaps = { iops = 2000 }\n"
+        + "[[volume]]\nname = \"capped\"\ngroup = \"capped-tenant\"\n"
+        + "[[volume]]\nname = \"resv\"\nreserve = { pct = 20.0 }\n"
+        + "[[volume]]\nname = \"lat\"\nweight = 10\nclass = \"latency\"\nlatency_target = \"p99 5ms\"\n"
+        + "[[volume]]\nname = \"bg\"\nclass = \"background\"\n"
+        + &volumes(&[("agg", 100)])
+        + &random_readers(&["capped", "resv", "agg"])
+        + "[[workload]]\nvolume = \"lat\"\ndepth = 16\nbs = \"4k\"\nrate_iops = 500.0\n"
+        + &saturating("bg", 32, "128k", 0.0, "sequential");
+    let r = run_toml(&text);
+    let report = r.report();
+    for s in 3..8 {
+        let (from, to) = (s * SEC, (s + 1) * SEC);
+        let capped = r.iops("capped", from, to);
+        assert!(
+            (1980.0..=2020.0).contains(&capped),
+            "second {s}: capped {capped:.0}\n{report}"
+        );
+        let resv = device_pct(&r, "resv", from, to);
+        assert!(resv >= 19.0, "second {s}: reserved {resv:.1} %\n{report}");
+        let lat_p99 = r.total_latency_ns("lat", 99.0, from, to).unwrap();
+        let lat_iops = r.iops("lat", from, to);
+        assert!(
+            lat_p99 <= 5_000_000 && lat_iops >= 475.0,
+            "second {s}: latency reader p99 {lat_p99} ns, {lat_iops:.0} IOPS\n{report}"
+        );
+        let bg = device_pct(&r, "bg", from, to);
+        assert!(
+            bg > 0.0 && bg <= 5.0,
+            "second {s}: background {bg:.1} %\n{report}"
+        );
+        let agg = device_pct(&r, "agg", from, to);
+        assert!(agg >= 20.0, "second {s}: aggressor {agg:.1} %\n{report}");
+    }
+}
