@@ -179,7 +179,9 @@ fn a_weight_change_takes_effect_at_once() {
         &format!("{SLOW_DEVICE}{DEFAULTS}"),
         &(volume("light", 0, 16, "") + &volume("heavy", 16, 16, "")),
     ));
-    let tenants = [reader(&d, "light", 16, 8), reader(&d, "heavy", 16, 8)];
+    // The load outlasts the 30,000 reads measured even on a machine busy with the rest
+    // of the suite (alone they take 1.5 s; 60,000 once took over the 8 s of load there).
+    let tenants = [reader(&d, "light", 16, 10), reader(&d, "heavy", 16, 10)];
     let load = std::thread::spawn(move || loadgen::run(&tenants));
     wait_for_stats(&d, "both volumes active", |s| {
         s["volumes"]
@@ -188,7 +190,7 @@ fn a_weight_change_takes_effect_at_once() {
             .iter()
             .all(|v| v["active"] == true)
     });
-    let before = split_over(&d, 20_000);
+    let before = split_over(&d, 10_000);
     let body = r#"{"weight": 300}"#;
     let r = vhost_iocost::control::client::request(
         &d.path("control.sock"),
@@ -201,7 +203,7 @@ fn a_weight_change_takes_effect_at_once() {
     let hw = volume_stats(&d, "heavy")["hweight_active_pct"]
         .as_f64()
         .unwrap();
-    let after = split_over(&d, 40_000);
+    let after = split_over(&d, 20_000);
     eprintln!("split before {before:.2}, heavy's share right after the PATCH {hw:.1} %, split after {after:.2}");
     assert!((0.9..=1.1).contains(&before), "before: {before:.2}");
     assert!(
