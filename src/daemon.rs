@@ -67,18 +67,7 @@ impl Daemon {
                     v.weight,
                 )
                 .map_err(|e| DaemonError::Qos(format!("volume {}: {e}", v.name)))?;
-            qos.set_caps(&v.name, v.caps.as_ref())
-                .and_then(|()| qos.set_op_caps(&v.name, v.op_caps.as_ref()))
-                .and_then(|()| {
-                    qos.set_service(
-                        &v.name,
-                        &crate::qos::ServiceChange {
-                            class: Some(v.class),
-                            latency_target: v.latency_target,
-                            reserve: Some(v.reserve),
-                        },
-                    )
-                })
+            qos.set_volume_policy(&v.name, &v.policy())
                 .map_err(|e| DaemonError::Qos(format!("volume {}: {e}", v.name)))?;
             let mut volume = Volume::new(v, shared.clone(), handle);
             volume.socket_gid = v.socket_gid(i)?;
@@ -112,9 +101,7 @@ fn build_qos(config: &Config) -> Result<QosDevice, DaemonError> {
     for g in config.groups_parents_first() {
         let parent = g.parent.as_deref().filter(|p| *p != ROOT_GROUP);
         qos.add_group(&g.name, parent, g.weight)
-            .and_then(|()| qos.set_caps(&g.name, g.caps.as_ref()))
-            .and_then(|()| qos.set_reserve(&g.name, g.reserve.as_ref()))
-            .and_then(|()| qos.set_group_class(&g.name, g.class))
+            .and_then(|()| qos.set_group_policy(&g.name, &g.policy()))
             .map_err(|e| DaemonError::Qos(format!("group {}: {e}", g.name)))?;
     }
     tracing::info!(

@@ -278,6 +278,14 @@ mod tests {
         }
     }
 
+    fn flush(offset: u64) -> IoRequest {
+        IoRequest {
+            kind: IoKind::Flush,
+            offset,
+            len: 0,
+        }
+    }
+
     fn queue(offsets: &[u64]) -> AdmitQueue<u64, u32> {
         let mut q = AdmitQueue::default();
         for &o in offsets {
@@ -331,15 +339,7 @@ mod tests {
         ]);
         a.flush_passes = true;
         let mut q = AdmitQueue::default();
-        q.push(
-            10,
-            IoRequest {
-                kind: IoKind::Flush,
-                offset: 10,
-                len: 0,
-            },
-            0,
-        );
+        q.push(10, flush(10), 0);
         q.push(20, io(20), 0);
         q.push(30, io(30), 0);
         assert_eq!(started(q.next(&a, 100, || true)), (20, Some(1), 100));
@@ -355,15 +355,7 @@ mod tests {
             let mut a = Scripted::answering(&[Decision::Wait { until_ns: 500 }]);
             a.flush_passes = passes;
             let mut q = AdmitQueue::default();
-            q.push(
-                10,
-                IoRequest {
-                    kind: IoKind::Flush,
-                    offset: 10,
-                    len: 0,
-                },
-                0,
-            );
+            q.push(10, flush(10), 0);
             if !passes {
                 q.push(20, io(20), 0);
             }

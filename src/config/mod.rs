@@ -124,6 +124,17 @@ pub struct ControlConfig {
     pub socket: Option<PathBuf>,
 }
 
+impl GroupConfig {
+    /// The settings the QoS core applies beyond the weight.
+    pub fn policy(&self) -> crate::qos::GroupPolicy {
+        crate::qos::GroupPolicy {
+            caps: self.caps,
+            reserve: self.reserve,
+            class: self.class,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct GroupConfig {
@@ -208,20 +219,32 @@ fn default_queue_size() -> u16 {
     256
 }
 
-/// Validate a node's caps; `key` makes the full name of a field (`caps.iops` → `volume[0]
-/// "a".caps.iops`).
-fn check_caps(
+/// A QoS validation result whose message starts with its key (`caps.iops: ...`), as a
+/// config error naming the full key; `key` makes it (`caps.iops` → `volume[0]
+/// "a".caps.iops`), `whole` is the key when the message names none.
+fn keyed(
     key: &dyn Fn(&str) -> String,
-    caps: Option<&crate::qos::CapsConfig>,
+    whole: &str,
+    checked: Result<(), String>,
 ) -> Result<(), ConfigError> {
-    let Some(caps) = caps else { return Ok(()) };
-    caps.validate().map_err(|e| match e.split_once(": ") {
+    checked.map_err(|e| match e.split_once(": ") {
         Some((field, message)) => invalid(key(field), message),
-        None => invalid(key("caps"), e),
+        None => invalid(key(whole), e),
     })
 }
 
 impl VolumeConfig {
+    /// The settings the QoS core applies beyond the weight.
+    pub fn policy(&self) -> crate::qos::VolumePolicy {
+        crate::qos::VolumePolicy {
+            caps: self.caps,
+            op_caps: self.op_caps,
+            class: self.class,
+            latency_target: self.latency_target,
+            reserve: self.reserve,
+        }
+    }
+
     /// The GET_ID answer: the configured serial or the volume name, at most 20 bytes.
     pub fn serial_bytes(&self) -> Vec<u8> {
         let s = self.serial.as_deref().unwrap_or(&self.name).as_bytes();
@@ -333,7 +356,9 @@ impl Config {
                 return Err(invalid(key("name"), "duplicate group name"));
             }
             check_weight(&key("weight"), g.weight)?;
-            check_caps(&key, g.caps.as_ref())?;
+            if let Some(caps) = &g.caps {
+                keyed(&key, "caps", caps.validate())?;
+            }
             if g.class == crate::qos::Class::Latency {
                 return Err(invalid(
                     key("class"),
@@ -341,10 +366,7 @@ impl Config {
                 ));
             }
             if let Some(r) = &g.reserve {
-                r.validate().map_err(|e| match e.split_once(": ") {
-                    Some((field, message)) => invalid(key(field), message),
-                    None => invalid(key("reserve"), e),
-                })?;
+                keyed(&key, "reserve", r.validate())?;
             }
         }
         // Parents must exist, and following parents must reach the root (no cycles).
@@ -400,12 +422,12 @@ impl Config {
                 return Err(invalid(v.key(i, "socket"), "same path as control.socket"));
             }
             check_weight(&v.key(i, "weight"), v.weight)?;
-            check_caps(&|f: &str| v.key(i, f), v.caps.as_ref())?;
+            let key = |f: &str| v.key(i, f);
+            if let Some(caps) = &v.caps {
+                keyed(&key, "caps", caps.validate())?;
+            }
             if let Some(op_caps) = &v.op_caps {
-                op_caps.validate().map_err(|e| match e.split_once(": ") {
-                    Some((field, message)) => invalid(v.key(i, field), message),
-                    None => invalid(v.key(i, "op_caps"), e),
-                })?;
+                keyed(&key, "op_caps", op_caps.validate())?;
             }
             if v.class == crate::qos::Class::Latency && v.latency_target.is_none() {
                 return Err(invalid(
@@ -414,10 +436,7 @@ impl Config {
                 ));
             }
             if let Some(r) = &v.reserve {
-                r.validate().map_err(|e| match e.split_once(": ") {
-                    Some((field, message)) => invalid(v.key(i, field), message),
-                    None => invalid(v.key(i, "reserve"), e),
-                })?;
+                keyed(&key, "reserve", r.validate())?;
             }
             if let Some(group) = &v.group {
                 if !groups.contains(group.as_str()) && group != ROOT_GROUP {

@@ -27,6 +27,16 @@ pub struct Sourced<T> {
 }
 
 impl<T> Sourced<T> {
+    /// A value in effect, `runtime` when it was set over the API.
+    pub fn new(value: T, runtime: bool) -> Self {
+        let source = if runtime {
+            Source::Runtime
+        } else {
+            Source::Config
+        };
+        Sourced { value, source }
+    }
+
     /// `runtime` when an override exists, else the config value.
     pub fn pick(config: T, runtime: Option<T>) -> Self {
         match runtime {

@@ -53,26 +53,21 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A QoS validation message, `caps.burst_iops: ...`, as a 400 naming that key (or
+/// `whole` when the message names none).
+fn key_error(message: String, whole: &str) -> ApiError {
+    match message.split_once(": ") {
+        Some((field, rest)) => ApiError::field(field, rest),
+        None => ApiError::field(whole, message),
+    }
+}
+
 fn check_reserve(reserve: &crate::qos::ReserveConfig) -> Result<(), ApiError> {
-    reserve.validate().map_err(|e| match e.split_once(": ") {
-        Some((field, message)) => ApiError::field(field, message),
-        None => ApiError::field("reserve", e),
-    })
+    reserve.validate().map_err(|e| key_error(e, "reserve"))
 }
 
 fn check_caps(caps: &CapsConfig) -> Result<(), ApiError> {
-    caps.validate().map_err(|e| match e.split_once(": ") {
-        Some((field, message)) => ApiError::field(field, message),
-        None => ApiError::field("caps", e),
-    })
-}
-
-/// A node's caps in effect (`{}`: none) and whether they were set at runtime.
-fn caps_view(info: &crate::qos::NodeInfo, runtime: Option<CapsConfig>) -> Sourced<CapsConfig> {
-    Sourced {
-        value: info.caps.unwrap_or_default(),
-        source: Sourced::pick((), runtime.map(|_| ())).source,
-    }
+    caps.validate().map_err(|e| key_error(e, "caps"))
 }
 
 fn check_weight(weight: u32) -> Result<(), ApiError> {
@@ -352,20 +347,15 @@ impl Control {
                 value: info.weight,
                 source: Sourced::pick(cfg_weight, o.and_then(|o| o.weight)).source,
             },
-            caps: caps_view(info, o.and_then(|o| o.caps)),
-            reserve: Sourced {
-                value: self
-                    .qos
-                    .reserve(&info.name)
-                    .ok()
-                    .flatten()
-                    .unwrap_or_default(),
-                source: Sourced::pick((), o.and_then(|o| o.reserve).map(|_| ())).source,
-            },
-            class: Sourced {
-                value: info.class,
-                source: Sourced::pick((), o.and_then(|o| o.class).map(|_| ())).source,
-            },
+            caps: Sourced::new(
+                info.caps.unwrap_or_default(),
+                o.is_some_and(|o| o.caps.is_some()),
+            ),
+            reserve: Sourced::new(
+                info.reserve.unwrap_or_default(),
+                o.is_some_and(|o| o.reserve.is_some()),
+            ),
+            class: Sourced::new(info.class, o.is_some_and(|o| o.class.is_some())),
             parent: info.parent.clone().unwrap_or_else(|| ROOT_GROUP.into()),
             volumes: self
                 .qos
@@ -485,26 +475,26 @@ impl Control {
                 value: group,
                 source: Sourced::pick(cfg_group, o.and_then(|o| o.group.clone())).source,
             },
-            caps: info
-                .as_ref()
-                .map(|i| caps_view(i, o.and_then(|o| o.caps)))
-                .unwrap_or_else(|| Sourced::pick(CapsConfig::default(), None)),
-            op_caps: Sourced {
-                value: info.as_ref().and_then(|i| i.op_caps).unwrap_or_default(),
-                source: Sourced::pick((), o.and_then(|o| o.op_caps).map(|_| ())).source,
-            },
-            class: Sourced {
-                value: info.as_ref().map(|i| i.class).unwrap_or_default(),
-                source: Sourced::pick((), o.and_then(|o| o.class).map(|_| ())).source,
-            },
-            latency_target: Sourced {
-                value: info.as_ref().and_then(|i| i.latency_target),
-                source: Sourced::pick((), o.and_then(|o| o.latency_target).map(|_| ())).source,
-            },
-            reserve: Sourced {
-                value: self.qos.reserve(&v.name).ok().flatten().unwrap_or_default(),
-                source: Sourced::pick((), o.and_then(|o| o.reserve).map(|_| ())).source,
-            },
+            caps: Sourced::new(
+                info.as_ref().and_then(|i| i.caps).unwrap_or_default(),
+                o.is_some_and(|o| o.caps.is_some()),
+            ),
+            op_caps: Sourced::new(
+                info.as_ref().and_then(|i| i.op_caps).unwrap_or_default(),
+                o.is_some_and(|o| o.op_caps.is_some()),
+            ),
+            class: Sourced::new(
+                info.as_ref().map(|i| i.class).unwrap_or_default(),
+                o.is_some_and(|o| o.class.is_some()),
+            ),
+            latency_target: Sourced::new(
+                info.as_ref().and_then(|i| i.latency_target),
+                o.is_some_and(|o| o.latency_target.is_some()),
+            ),
+            reserve: Sourced::new(
+                info.as_ref().and_then(|i| i.reserve).unwrap_or_default(),
+                o.is_some_and(|o| o.reserve.is_some()),
+            ),
             socket: v.socket.display().to_string(),
             size: v.limits.capacity,
             read_only: v.limits.read_only,
@@ -552,10 +542,7 @@ impl Control {
             check_caps(caps)?;
         }
         if let Some(op_caps) = &patch.op_caps {
-            op_caps.validate().map_err(|e| match e.split_once(": ") {
-                Some((field, message)) => ApiError::field(field, message),
-                None => ApiError::field("op_caps", e),
-            })?;
+            op_caps.validate().map_err(|e| key_error(e, "op_caps"))?;
         }
         if let Some(r) = &patch.reserve {
             check_reserve(r)?;

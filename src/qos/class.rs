@@ -60,6 +60,24 @@ pub struct ServiceChange {
     pub reserve: Option<Option<super::reserve::ReserveConfig>>,
 }
 
+/// A volume's settings beyond its weight, as the config and the simulator give them.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct VolumePolicy {
+    pub caps: Option<super::caps::CapsConfig>,
+    pub op_caps: Option<super::caps::OpCapsConfig>,
+    pub class: Class,
+    pub latency_target: Option<LatencyTarget>,
+    pub reserve: Option<super::reserve::ReserveConfig>,
+}
+
+/// A group's settings beyond its weight, as the config and the simulator give them.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GroupPolicy {
+    pub caps: Option<super::caps::CapsConfig>,
+    pub reserve: Option<super::reserve::ReserveConfig>,
+    pub class: Class,
+}
+
 /// A latency class volume's target: `"p99 2ms"`: the `pct`-th percentile of its requests'
 /// latency in the daemon (from arrival to completion) within `us` microseconds.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -38,7 +38,7 @@ use crate::cost_model::{CostModel, ModelConfig};
 use crate::vtime::VTIME_PER_USEC;
 
 use super::caps::{CapsConfig, NodeCaps, OpCapsConfig};
-use super::class::{Class, ServiceChange};
+use super::class::{Class, GroupPolicy, ServiceChange, VolumePolicy};
 use super::clock::Clock;
 use super::config::QosConfig;
 use super::error::QosError;
@@ -283,6 +283,8 @@ pub struct NodeInfo {
     pub caps: Option<CapsConfig>,
     /// Volumes: caps per operation.
     pub op_caps: Option<OpCapsConfig>,
+    /// The node's reservation as configured.
+    pub reserve: Option<ReserveConfig>,
     /// Volumes: the class (groups: `Normal`).
     pub class: Class,
     /// Volumes: the latency target (used in class `latency`).
@@ -502,6 +504,25 @@ impl QosDevice {
         Ok(())
     }
 
+    /// Give a new volume its settings beyond the weight (start-up: config, simulator).
+    pub fn set_volume_policy(&self, name: &str, p: &VolumePolicy) -> Result<(), QosError> {
+        self.set_caps(name, p.caps.as_ref())?;
+        self.set_op_caps(name, p.op_caps.as_ref())?;
+        let service = ServiceChange {
+            class: Some(p.class),
+            latency_target: p.latency_target,
+            reserve: Some(p.reserve),
+        };
+        self.set_service(name, &service)
+    }
+
+    /// Give a new group its settings beyond the weight (start-up: config, simulator).
+    pub fn set_group_policy(&self, name: &str, p: &GroupPolicy) -> Result<(), QosError> {
+        self.set_caps(name, p.caps.as_ref())?;
+        self.set_reserve(name, p.reserve.as_ref())?;
+        self.set_group_class(name, p.class)
+    }
+
     /// The caps of a volume or group (None: uncapped).
     pub fn caps(&self, name: &str) -> Result<Option<CapsConfig>, QosError> {
         let st = self.shared.lock();
@@ -573,7 +594,7 @@ impl QosDevice {
             .nodes
             .iter()
             .any(|n| n.volume.is_none() && n.reserve.is_some());
-        self.apply_reservations(&st);
+        self.shared.apply_reservations(&st);
         Ok(())
     }
 
@@ -698,7 +719,7 @@ impl QosDevice {
                 return Err(e);
             }
         }
-        self.apply_reservations(&st);
+        self.shared.apply_reservations(&st);
         for ((id, core, class, target, _), (was_background, _)) in staged.into_iter().zip(old) {
             let node = &mut st.tree.nodes[id];
             node.latency_target = target;
@@ -777,12 +798,6 @@ impl QosDevice {
         })
     }
 
-    /// Hand every volume its reserved share (after a change of reservations, classes or
-    /// the model).
-    fn apply_reservations(&self, st: &DeviceState) {
-        self.shared.apply_reservations(st);
-    }
-
     /// A volume's reservation as configured.
     pub fn reserve(&self, name: &str) -> Result<Option<ReserveConfig>, QosError> {
         let st = self.shared.lock();
@@ -847,7 +862,7 @@ impl QosDevice {
         Self::check_all_reservations(&st, &*model, qos.min)?;
         let params = QosParams::from_config(&qos, model.default_latency_us());
         self.publish(&mut st, params, Arc::from(model), qos);
-        self.apply_reservations(&st);
+        self.shared.apply_reservations(&st);
         Ok(())
     }
 
@@ -961,6 +976,7 @@ impl QosDevice {
                 .map(|p| st.tree.nodes[p].name.clone()),
             caps: n.caps.as_ref().map(|c| c.config),
             op_caps: n.op_caps.as_ref().map(|(c, _)| *c),
+            reserve: n.reserve,
             class: n.class(),
             latency_target: n.latency_target,
         }

@@ -95,7 +95,7 @@ pub(crate) mod weights;
 
 pub use crate::cost_model::{CostModel, IoKind};
 pub use caps::{CapMeter, CapsConfig, OpCapsConfig};
-pub use class::{Class, LatencyTarget, ServiceChange};
+pub use class::{Class, GroupPolicy, LatencyTarget, ServiceChange, VolumePolicy};
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use config::QosConfig;
 pub use device::{NodeInfo, QosDevice};

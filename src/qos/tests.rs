@@ -206,6 +206,7 @@ fn set_parent_of_an_idle_volume_applies_on_activation() {
             parent: None,
             caps: None,
             op_caps: None,
+            reserve: None,
             class: crate::qos::Class::Normal,
             latency_target: None,
         }]

@@ -392,21 +392,22 @@ impl VolumeQos {
             v.reserve.served(abs, now.now_ns, period_ns);
             return self.go(io, abs, abs, cost, now.now_ns);
         }
-        let was_waiting = v.waiting.load(Relaxed);
         match self.throttle(io, abs, cost, vtime, now, cfg.params.timer_slack_ns) {
             Decision::Wait { until_ns } => match v.reserve.take(abs, now.now_ns, period_ns) {
-                // Short of budget by weight, but within its reservation (design §14): it
-                // goes at once, so it did not wait.
+                // Short of budget by weight, but within its reservation (design §14).
                 Ok(()) => {
-                    if !was_waiting {
-                        v.waiting.store(false, Relaxed);
-                    }
                     v.io.reserved.fetch_add(1, Relaxed);
                     self.go(io, abs, abs, 0, now.now_ns)
                 }
-                Err(reserve_at) => Decision::Wait {
-                    until_ns: reserve_at.map_or(until_ns, |t| t.min(until_ns)),
-                },
+                Err(reserve_at) => {
+                    if !v.waiting.load(Relaxed) {
+                        v.wait_since_ns.store(now.now_ns, Relaxed);
+                        v.waiting.store(true, Relaxed);
+                    }
+                    Decision::Wait {
+                        until_ns: reserve_at.map_or(until_ns, |t| t.min(until_ns)),
+                    }
+                }
             },
             go => {
                 v.reserve.served(abs, now.now_ns, period_ns);
@@ -709,7 +710,8 @@ impl VolumeQos {
     }
 
     /// The request does not fit its budget: make sure the volume holds its full weight,
-    /// then either let it go after all or tell the caller when to retry.
+    /// then either let it go after all or say when it would fit (the caller records the
+    /// wait if nothing else lets it go).
     fn throttle(
         &self,
         io: &IoRequest,
@@ -740,10 +742,6 @@ impl VolumeQos {
             if before_eq(vtime.wrapping_add(cost), now.vnow) {
                 return self.go(io, abs, abs, cost, now.now_ns);
             }
-        }
-        if !v.waiting.load(Relaxed) {
-            v.wait_since_ns.store(now.now_ns, Relaxed);
-            v.waiting.store(true, Relaxed);
         }
         // Sleep for the shortage at the base rate, plus timer slack (design §3.6).
         let shortage = vtime.wrapping_add(cost).wrapping_sub(now.vnow);

@@ -106,9 +106,7 @@ pub fn run(sc: &Scenario) -> Result<SimResult, Error> {
     let qos = QosDevice::new(Box::new(model.clone()), &sc.device.qos, clock.clone());
     for g in &sc.groups {
         qos.add_group(&g.name, g.parent.as_deref(), g.weight)
-            .and_then(|()| qos.set_caps(&g.name, g.caps.as_ref()))
-            .and_then(|()| qos.set_reserve(&g.name, g.reserve.as_ref()))
-            .and_then(|()| qos.set_group_class(&g.name, g.class))
+            .and_then(|()| qos.set_group_policy(&g.name, &g.policy()))
             .map_err(|e| Error::Invalid(format!("group {:?}: {e}", g.name)))?;
     }
     let mut vols = Vec::new();
@@ -116,17 +114,7 @@ pub fn run(sc: &Scenario) -> Result<SimResult, Error> {
         let h = qos
             .add_volume(&v.name, v.group.as_deref(), v.weight)
             .map_err(|e| Error::Invalid(format!("volume {:?}: {e}", v.name)))?;
-        qos.set_caps(&v.name, v.caps.as_ref())
-            .and_then(|()| {
-                qos.set_service(
-                    &v.name,
-                    &crate::qos::ServiceChange {
-                        class: Some(v.class),
-                        latency_target: v.latency_target,
-                        reserve: Some(v.reserve),
-                    },
-                )
-            })
+        qos.set_volume_policy(&v.name, &v.policy())
             .map_err(|e| Error::Invalid(format!("volume {:?}: {e}", v.name)))?;
         vols.push(h);
     }

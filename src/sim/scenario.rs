@@ -358,6 +358,30 @@ impl Scenario {
     }
 }
 
+impl VolumeSection {
+    /// The settings the QoS core applies beyond the weight.
+    pub fn policy(&self) -> crate::qos::VolumePolicy {
+        crate::qos::VolumePolicy {
+            caps: self.caps,
+            op_caps: None,
+            class: self.class,
+            latency_target: self.latency_target,
+            reserve: self.reserve,
+        }
+    }
+}
+
+impl GroupSection {
+    /// The settings the QoS core applies beyond the weight.
+    pub fn policy(&self) -> crate::qos::GroupPolicy {
+        crate::qos::GroupPolicy {
+            caps: self.caps,
+            reserve: self.reserve,
+            class: self.class,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
