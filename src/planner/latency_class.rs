@@ -3,7 +3,8 @@
 //!
 //! A window lasts until it holds enough completions to tell the percentile (5 beyond it:
 //! 500 for p99) or a second has passed, whichever is first, and at least one period (the
-//! planner judges once per period). Latency is measured in the daemon, from arrival to
+//! planner judges once per period). It ends early, as missed, once more of its
+//! completions are over the target than a full window may have. Latency is measured in the daemon, from arrival to
 //! completion, and split into the wait to be admitted and the time on the device:
 //!
 //! * **Missed, mostly waiting**: the volume's share is too small for its load; its boost,
@@ -18,6 +19,11 @@
 //! * vrate may not rise until every active latency-class volume has met its target with
 //!   margin three windows in a row (one good window right after vrate fell is the fall's
 //!   effect, not room to rise).
+//! * **A ceiling on vrate** ([`Ceiling`]): a miss on the device sets it a step below the
+//!   highest vrate of the window that missed, and every window met with margin raises it
+//!   a little. Without it vrate climbed straight back to where the target was missed,
+//!   and a reader beside an equal-weight aggressor at a latency cliff met its target
+//!   only in every other second. PINE searches its concurrency limit the same way.
 //!
 //! After the boost falls one window is skipped: it may still show the old boost's effect
 //! (PINE's 10 s cycle exists for the same reason). A raise is judged in the next window:
@@ -41,6 +47,20 @@ pub const MARGIN_PCT: u64 = 75;
 /// Windows met with margin before the boost falls.
 pub const MET_WINDOWS: u32 = 3;
 
+/// A device miss sets the ceiling this far below the window's highest vrate, percent.
+pub const CEILING_BACKOFF_PCT: u64 = 3;
+/// The step of the ceiling after its hold while below the vrate that last missed, per
+/// mille; above it the step doubles with every window met with margin, up to
+/// [`CEILING_STEP_MAX_PERMILLE`].
+pub const CEILING_STEP_PERMILLE: u64 = 5;
+/// The largest step of the ceiling, per mille.
+pub const CEILING_STEP_MAX_PERMILLE: u64 = 80;
+/// Windows met with margin before the ceiling rises after the first miss; each further
+/// miss doubles it, up to [`CEILING_HOLD_MAX`].
+pub const CEILING_HOLD: u32 = 4;
+/// The longest hold, windows.
+pub const CEILING_HOLD_MAX: u32 = 64;
+
 /// What the latency class found.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Verdict {
@@ -50,6 +70,68 @@ pub(crate) struct Verdict {
     /// An active latency-class volume was above its margin at its last judgment: vrate
     /// must not rise.
     pub unmet: bool,
+    /// A latency-class volume is active.
+    pub active: bool,
+    /// A window was judged in this period.
+    pub judged: bool,
+}
+
+/// The highest vrate the latency class lets the planner raise vrate to (design §15).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Ceiling {
+    /// None until a latency-class volume misses on the device, and again once none is
+    /// active.
+    limit: Option<u64>,
+    /// The highest base vrate since the last judged window.
+    peak: u64,
+    /// The peak of the window that last missed on the device.
+    missed_at: u64,
+    /// Windows met with margin still to pass before the ceiling rises.
+    hold: u32,
+    /// The hold after the next miss.
+    next_hold: u32,
+    /// The next rise, per mille.
+    step: u64,
+}
+
+impl Ceiling {
+    /// After [`steer`] in each period, with the base vrate of the period that ended.
+    pub fn update(&mut self, verdict: Verdict, vrate: u64) {
+        if !verdict.active {
+            *self = Ceiling::default();
+            return;
+        }
+        self.peak = self.peak.max(vrate);
+        if verdict.device_miss {
+            let below = self.peak * (100 - CEILING_BACKOFF_PCT) / 100;
+            self.limit = Some(self.limit.map_or(below, |l| l.min(below)));
+            self.missed_at = self.peak;
+            // Each miss makes the next probe wait twice as long: the edge is found
+            // once, then rarely tried again.
+            self.hold = self.next_hold.max(CEILING_HOLD);
+            self.next_hold = (self.hold * 2).min(CEILING_HOLD_MAX);
+            self.step = CEILING_STEP_PERMILLE;
+        } else if verdict.judged && !verdict.unmet {
+            if self.hold > 0 {
+                self.hold -= 1;
+            } else if let Some(l) = self.limit {
+                // Slowly up to where it missed, faster beyond: the device or the load
+                // changed.
+                self.limit = Some(l + (l * self.step).div_ceil(1000));
+                if l >= self.missed_at {
+                    self.step = (self.step * 2).min(CEILING_STEP_MAX_PERMILLE);
+                }
+            }
+        }
+        if verdict.judged {
+            self.peak = vrate;
+        }
+    }
+
+    /// The highest base vrate a rise may reach; None: no limit.
+    pub fn limit(&self) -> Option<u64> {
+        self.limit
+    }
 }
 
 /// Judge every active latency-class volume whose window is complete; change boosts.
@@ -66,12 +148,17 @@ pub(crate) fn steer(
         let Some(target) = node.latency_target.filter(|_| node.latency) else {
             continue;
         };
+        verdict.active = true;
         let judged = {
             let mut h = v.hist.lock().unwrap_or_else(|e| e.into_inner());
             let w = &mut h.target;
             let need = (5.0 / (1.0 - target.pct / 100.0)).ceil() as u64;
+            let allowed = ((1.0 - target.pct / 100.0) * need as f64).floor() as u64;
             let age = now_ns.saturating_sub(w.since_ns);
-            if w.count() < need && age < WINDOW_MAX_NS {
+            // A window with more completions over the target than a full one may have
+            // has missed already: judge it now, not after the rest of the window.
+            let missed_already = || w.total.count_above(target.us) > allowed;
+            if w.count() < need && age < WINDOW_MAX_NS && !missed_already() {
                 None
             } else {
                 let seen = w
@@ -87,6 +174,7 @@ pub(crate) fn steer(
             verdict.unmet |= books[id].latency_unmet;
             continue;
         };
+        verdict.judged = true;
         let book = &mut books[id];
         if std::mem::take(&mut book.latency_skip) {
             verdict.unmet |= book.latency_unmet;
@@ -124,4 +212,59 @@ pub(crate) fn steer(
         }
     }
     verdict
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MISS: Verdict = Verdict {
+        device_miss: true,
+        unmet: true,
+        active: true,
+        judged: true,
+    };
+    const MET: Verdict = Verdict {
+        device_miss: false,
+        unmet: false,
+        active: true,
+        judged: true,
+    };
+
+    #[test]
+    fn the_ceiling_sits_below_a_miss_and_probes_ever_more_rarely() {
+        let mut c = Ceiling::default();
+        c.update(MET, 1000);
+        assert_eq!(c.limit(), None, "no ceiling before a miss");
+        c.update(MISS, 1000);
+        assert_eq!(c.limit(), Some(970));
+        // The hold: CEILING_HOLD windows met before it moves.
+        for _ in 0..CEILING_HOLD {
+            c.update(MET, 960);
+            assert_eq!(c.limit(), Some(970));
+        }
+        // Slowly while below where it missed, then doubling steps.
+        let mut limits = Vec::new();
+        for _ in 0..9 {
+            c.update(MET, 960);
+            limits.push(c.limit().unwrap());
+        }
+        assert_eq!(
+            limits,
+            [975, 980, 985, 990, 995, 1000, 1005, 1016, 1037],
+            "0.5 % steps up to 1000, then 0.5, 1, 2 % ..."
+        );
+        // A second miss: below the peak of its window, and the hold doubles.
+        c.update(MISS, 1040);
+        assert_eq!(c.limit(), Some(1008));
+        for _ in 0..2 * CEILING_HOLD {
+            c.update(MET, 1000);
+        }
+        assert_eq!(c.limit(), Some(1008));
+        c.update(MET, 1000);
+        assert_eq!(c.limit(), Some(1014));
+        // No latency-class volume active: no ceiling, and the next miss holds briefly.
+        c.update(Verdict::default(), 1000);
+        assert_eq!(c.limit(), None);
+    }
 }

@@ -149,6 +149,7 @@ fn plan(dev: &DeviceShared, ps: &mut PlannerState) -> u64 {
     let verdict = latency_class::steer(dev, st, ps.books(st.tree.nodes.len()), now.now_ns);
     ps.latency_class.device_miss |= verdict.device_miss;
     ps.latency_class.unmet = verdict.unmet;
+    ps.vrate_ceiling.update(verdict, st.vtime_base_rate);
     let (demand, _usage_us_sum) = classify::classify(dev, st, ps, &ctx);
     let nr_donors = ps.scratch.surpluses.len() as u32;
     if nr_donors > 0 && demand.nr_shortages > 0 {
@@ -211,7 +212,13 @@ fn plan(dev: &DeviceShared, ps: &mut PlannerState) -> u64 {
         } else if !lat.no_samples(ctx.ppm_thr) {
             ps.gross_streak = 0;
         }
-        vrate::adjust_base_vrate(dev, st, ps.gross_streak, demand.nr_lagging);
+        vrate::adjust_base_vrate(
+            dev,
+            st,
+            ps.gross_streak,
+            demand.nr_lagging,
+            ps.vrate_ceiling.limit(),
+        );
         let missed = lat.missed_target(ctx.ppm_thr);
         missed_at_min = if missed && st.vtime_base_rate <= params.vrate_min() {
             last.missed_at_min.saturating_add(judged.periods)

@@ -17,6 +17,8 @@ pub(crate) struct PlannerState {
     pub gross_streak: u32,
     /// What the latency class found since the device's latency was last judged.
     pub latency_class: super::latency_class::Verdict,
+    /// The latency class's limit on vrate rises.
+    pub vrate_ceiling: super::latency_class::Ceiling,
     pub scratch: Scratch,
     /// Indexed by tree node id; grown with the tree (see [`PlannerState::books`]).
     nodes: Vec<NodeBook>,

@@ -63,6 +63,7 @@ pub(crate) fn adjust_base_vrate(
     st: &mut DeviceState,
     gross_streak: u32,
     nr_lagging: u32,
+    ceiling: Option<u64>,
 ) {
     let busy = st.busy_level;
     if busy == 0 || (busy < 0 && nr_lagging > 0) {
@@ -86,6 +87,12 @@ pub(crate) fn adjust_base_vrate(
         };
         let factor = if busy > 0 { 100 - pct } else { 100 + pct };
         v = cdiv(v.saturating_mul(factor), 100).clamp(vmin, vmax);
+        if busy < 0 {
+            // A rise stops at the latency class's ceiling (never a fall, design §15).
+            if let Some(ceiling) = ceiling {
+                v = v.min(ceiling.max(st.vtime_base_rate));
+            }
+        }
     }
     dev.set_base_rate(st, v);
 }

@@ -88,6 +88,14 @@ impl Histogram {
 }
 
 impl Histogram {
+    /// How many values lie in buckets reported above `us` (their midpoint is above it).
+    pub(crate) fn count_above(&self, us: u64) -> u64 {
+        let first = (bucket_of(us)..BUCKETS)
+            .find(|&i| value_of(i) > us)
+            .unwrap_or(BUCKETS);
+        self.counts[first..].iter().map(|&c| u64::from(c)).sum()
+    }
+
     /// For an exported (Prometheus-style) histogram: the number of values below each of
     /// `bounds_us` (ascending), the approximate sum (bucket midpoints) and the count.
     /// Exact when each bound is a bucket edge (any power of two is one).
