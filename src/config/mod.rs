@@ -131,6 +131,7 @@ impl GroupConfig {
             caps: self.caps,
             reserve: self.reserve,
             class: self.class,
+            latency_target: self.latency_target,
         }
     }
 }
@@ -150,9 +151,13 @@ pub struct GroupConfig {
     /// The minimum the group's volumes get together while they have demand.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reserve: Option<crate::qos::ReserveConfig>,
-    /// `normal`, or `background`: the whole group yields to its foreground siblings.
+    /// `normal`; `background`: the whole group yields to its foreground siblings;
+    /// `latency`: its volumes' latency together meets `latency_target`.
     #[serde(default)]
     pub class: crate::qos::Class,
+    /// `class = "latency"`: the target its volumes' requests together must meet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_target: Option<crate::qos::LatencyTarget>,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -359,10 +364,10 @@ impl Config {
             if let Some(caps) = &g.caps {
                 keyed(&key, "caps", caps.validate())?;
             }
-            if g.class == crate::qos::Class::Latency {
+            if g.class == crate::qos::Class::Latency && g.latency_target.is_none() {
                 return Err(invalid(
-                    key("class"),
-                    "a group is \"normal\" or \"background\" (the latency class is per volume)",
+                    key("latency_target"),
+                    "class = \"latency\" needs a target, e.g. \"p99 2ms\"",
                 ));
             }
             if let Some(r) = &g.reserve {

@@ -192,6 +192,22 @@ fn class_and_reserve_parse_and_errors_name_the_key() {
     assert!(e.contains("volume[0] \"a\".reserve.pct"), "{e}");
     let e = err_of(&with("class = \"bulk\""));
     assert!(e.contains("class") && e.contains("background"), "{e}");
+    let e = err_of(&with("class = \"latency\""));
+    assert!(e.contains("volume[0] \"a\".latency_target"), "{e}");
+}
+
+#[test]
+fn a_group_may_be_latency_class_with_a_target() {
+    let group = |extra: &str| BASE.replace("weight = 200", &format!("weight = 200\n{extra}"));
+    let c = Config::parse(&group("class = \"latency\"\nlatency_target = \"p99 2ms\"")).unwrap();
+    let p = c.groups[0].policy();
+    assert_eq!(p.class, crate::qos::Class::Latency);
+    assert_eq!(p.latency_target.unwrap().us, 2000);
+    let e = err_of(&group("class = \"latency\""));
+    assert!(
+        e.contains("group[0] \"tenant-a\".latency_target") && e.contains("p99 2ms"),
+        "{e}"
+    );
 }
 
 #[test]

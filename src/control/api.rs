@@ -71,8 +71,10 @@ pub struct GroupPatch {
     pub caps: Option<CapsConfig>,
     /// New reservation for the group's volumes together; `{}` removes it.
     pub reserve: Option<ReserveConfig>,
-    /// `"normal"` or `"background"`.
+    /// `"normal"`, `"latency"` or `"background"`.
     pub class: Option<Class>,
+    /// The latency class's target for the group's volumes together, e.g. `"p99 2ms"`.
+    pub latency_target: Option<LatencyTarget>,
 }
 
 /// `PATCH /v1/volumes/{name}`.
@@ -131,6 +133,10 @@ pub struct GroupView {
     /// The minimum the group's volumes get together (`{}`: none).
     pub reserve: Sourced<ReserveConfig>,
     pub class: Sourced<Class>,
+    /// The latency class's target (null when none was given).
+    pub latency_target: Sourced<Option<LatencyTarget>>,
+    /// What the latency class multiplies the group's weight by now (1: none).
+    pub boost: f64,
     /// Volumes directly in this group.
     pub volumes: Vec<String>,
 }

@@ -228,9 +228,13 @@ impl Control {
             if let Some(r) = &o.reserve {
                 self.qos.set_reserve(name, Some(r)).map_err(in_state_file)?;
             }
-            if let Some(class) = o.class {
+            if o.class.is_some() || o.latency_target.is_some() {
+                let class = o.class.unwrap_or_else(|| {
+                    let cfg = self.config.groups.iter().find(|g| &g.name == name);
+                    cfg.map(|g| g.class).unwrap_or_default()
+                });
                 self.qos
-                    .set_group_class(name, class)
+                    .set_group_class(name, class, o.latency_target)
                     .map_err(in_state_file)?;
             }
         }
@@ -356,6 +360,11 @@ impl Control {
                 o.is_some_and(|o| o.reserve.is_some()),
             ),
             class: Sourced::new(info.class, o.is_some_and(|o| o.class.is_some())),
+            latency_target: Sourced::new(
+                info.latency_target,
+                o.is_some_and(|o| o.latency_target.is_some()),
+            ),
+            boost: info.boost,
             parent: info.parent.clone().unwrap_or_else(|| ROOT_GROUP.into()),
             volumes: self
                 .qos
@@ -390,7 +399,7 @@ impl Control {
     }
 
     pub fn patch_group(&self, name: &str, patch: GroupPatch) -> Result<GroupView, ApiError> {
-        self.group(name)?;
+        let current_class = self.group(name)?.class.value;
         if let Some(w) = patch.weight {
             check_weight(w)?;
         }
@@ -400,16 +409,11 @@ impl Control {
         if let Some(r) = &patch.reserve {
             check_reserve(r)?;
         }
-        if patch.class == Some(crate::qos::Class::Latency) {
-            return Err(ApiError::field(
-                "class",
-                "a group is \"normal\" or \"background\" (the latency class is per volume)",
-            ));
-        }
         if patch.weight.is_none()
             && patch.caps.is_none()
             && patch.reserve.is_none()
             && patch.class.is_none()
+            && patch.latency_target.is_none()
         {
             return self.group(name);
         }
@@ -420,6 +424,7 @@ impl Control {
                 o.caps = patch.caps.or(o.caps);
                 o.reserve = patch.reserve.or(o.reserve);
                 o.class = patch.class.or(o.class);
+                o.latency_target = patch.latency_target.or(o.latency_target);
             },
             || {
                 if let Some(r) = &patch.reserve {
@@ -438,9 +443,10 @@ impl Control {
                         .set_weight(name, w)
                         .map_err(|e| ApiError::field("weight", e))?;
                 }
-                if let Some(class) = patch.class {
+                if patch.class.is_some() || patch.latency_target.is_some() {
+                    let class = patch.class.unwrap_or(current_class);
                     self.qos
-                        .set_group_class(name, class)
+                        .set_group_class(name, class, patch.latency_target)
                         .map_err(ApiError::from_qos)?;
                 }
                 Ok(())

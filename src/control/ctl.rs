@@ -58,11 +58,11 @@ pub enum CtlCommand {
         #[arg(value_name = "KEY=VALUE")]
         limits: Vec<String>,
     },
-    /// Set a volume's class, at runtime and persistently: `normal`, `latency` (meets its
-    /// own latency target; give `--target` unless it has one) or `background` (served
-    /// from what the others leave idle).
+    /// Set a volume's or group's class, at runtime and persistently: `normal`, `latency`
+    /// (meets its own latency target, a group's volumes together; give `--target` unless
+    /// it has one) or `background` (served from what the others leave idle).
     SetClass {
-        /// Volume name.
+        /// Volume or group name.
         name: String,
         /// `normal`, `latency` or `background`.
         class: String,
@@ -233,19 +233,15 @@ pub fn run(args: &CtlArgs) -> Result<(), String> {
             if let Some(t) = target {
                 body["latency_target"] = json!(t);
             }
-            let v = api.ok(
-                "PATCH",
-                &format!("/v1/volumes/{}", encode_segment(name)),
-                Some(&body),
-            )?;
+            let (kind, v) = api.patch_node(name, &body)?;
             if args.json {
                 return print_json(&v);
             }
             match v["latency_target"]["value"].as_str() {
                 Some(t) if class == "latency" => {
-                    println!("volume {name}: class latency, target {t}")
+                    println!("{kind} {name}: class latency, target {t}")
                 }
-                _ => println!("volume {name}: class {class}"),
+                _ => println!("{kind} {name}: class {class}"),
             }
         }
         CtlCommand::SetReserve { name, values } => {
@@ -398,18 +394,19 @@ fn mark(runtime: bool) -> &'static str {
 pub fn format_volumes(list: &VolumeList) -> String {
     use super::api::Source::Runtime;
     let mut s = format!(
-        "{:<20} {:<16} {:>7} {:>5} {:>9}  {}  {}\n",
-        "VOLUME", "GROUP", "WEIGHT", "CONN", "SIZE_MiB", "SOCKET", "CAPS"
+        "{:<20} {:<16} {:>7} {:>5} {:>9}  {:<16}  {}  {}\n",
+        "VOLUME", "GROUP", "WEIGHT", "CONN", "SIZE_MiB", "CLASS", "SOCKET", "CAPS"
     );
     for v in &list.volumes {
         let _ = writeln!(
             s,
-            "{:<20} {:<16} {:>7} {:>5} {:>9}  {}  {}{}",
+            "{:<20} {:<16} {:>7} {:>5} {:>9}  {:<16}  {}  {}{}",
             v.name,
             format!("{}{}", v.group.value, mark(v.group.source == Runtime)),
             format!("{}{}", v.weight.value, mark(v.weight.source == Runtime)),
             v.connections,
             v.size >> 20,
+            format_class(&v.class, &v.latency_target),
             v.socket,
             v.caps.value,
             mark(v.caps.source == Runtime),
@@ -417,6 +414,19 @@ pub fn format_volumes(list: &VolumeList) -> String {
     }
     s.push_str("(* = changed at runtime)\n");
     s
+}
+
+/// `normal`, `background`, or `latency p99 2ms`; `*` when changed at runtime.
+fn format_class(
+    class: &super::api::Sourced<crate::qos::Class>,
+    target: &super::api::Sourced<Option<crate::qos::LatencyTarget>>,
+) -> String {
+    use super::api::Source::Runtime;
+    let runtime = mark(class.source == Runtime || target.source == Runtime);
+    match (class.value, target.value) {
+        (crate::qos::Class::Latency, Some(t)) => format!("latency {t}{runtime}"),
+        (c, _) => format!("{c}{runtime}"),
+    }
 }
 
 /// `KEY=VALUE` pairs as a JSON object: numbers stay numbers, anything else ("200MiB")
@@ -443,16 +453,17 @@ fn key_values(pairs: &[String]) -> Result<Value, String> {
 pub fn format_groups(list: &GroupList) -> String {
     use super::api::Source::Runtime;
     let mut s = format!(
-        "{:<20} {:<16} {:>7}  {:<24}  {}\n",
-        "GROUP", "PARENT", "WEIGHT", "VOLUMES", "CAPS"
+        "{:<20} {:<16} {:>7}  {:<16}  {:<24}  {}\n",
+        "GROUP", "PARENT", "WEIGHT", "CLASS", "VOLUMES", "CAPS"
     );
     for g in &list.groups {
         let _ = writeln!(
             s,
-            "{:<20} {:<16} {:>7}  {:<24}  {}{}",
+            "{:<20} {:<16} {:>7}  {:<16}  {:<24}  {}{}",
             g.name,
             g.parent,
             format!("{}{}", g.weight.value, mark(g.weight.source == Runtime)),
+            format_class(&g.class, &g.latency_target),
             g.volumes.join(","),
             g.caps.value,
             mark(g.caps.source == Runtime),

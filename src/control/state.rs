@@ -50,6 +50,8 @@ pub struct GroupOverride {
     pub reserve: Option<ReserveConfig>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub class: Option<Class>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_target: Option<LatencyTarget>,
 }
 
 /// Runtime overrides of a volume.
@@ -224,7 +226,8 @@ mod tests {
                 weight: Some(5),
                 caps: Some(CapsConfig::default()),
                 reserve: None,
-                class: Some(Class::Background),
+                class: Some(Class::Latency),
+                latency_target: Some(LatencyTarget::parse("p99 5ms").unwrap()),
             },
         );
         s.qos = Some(QosConfig {

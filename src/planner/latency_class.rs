@@ -1,5 +1,7 @@
 //! The latency class (PINE; design §15): each latency-class volume's own latency
-//! percentile against its target, once per window.
+//! percentile against its target, once per window, and each latency-class group's over
+//! its volumes together (their completions gathered every period; its boost is on the
+//! group's weight).
 //!
 //! A window lasts until it holds enough completions to tell the percentile (5 beyond it:
 //! 500 for p99) or a second has passed, whichever is first, and at least one period (the
@@ -32,7 +34,10 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
+use crate::qos::class::LatencyTarget;
 use crate::qos::device::{DeviceShared, DeviceState};
+use crate::qos::histogram::TargetWindow;
+use crate::qos::tree::NodeId;
 
 use super::state::NodeBook;
 
@@ -134,84 +139,139 @@ impl Ceiling {
     }
 }
 
-/// Judge every active latency-class volume whose window is complete; change boosts.
+/// Judge every active latency-class volume and group whose window is complete; change
+/// boosts.
 pub(crate) fn steer(
     dev: &DeviceShared,
     st: &mut DeviceState,
     books: &mut [NodeBook],
+    groups: &mut Vec<NodeId>,
     now_ns: u64,
 ) -> Verdict {
     let mut verdict = Verdict::default();
+    groups.clear();
     for i in 0..st.active.len() {
         let (id, v) = (st.active[i].0, Arc::clone(&st.active[i].1));
+        if v.in_latency_group.load(Relaxed) {
+            // This period's completions join every latency-class group above it.
+            let mut h = v.hist.lock().unwrap_or_else(|e| e.into_inner());
+            let level = st.tree.nodes[id].level;
+            for l in 1..level {
+                let g = st.tree.nodes[id].ancestors[l];
+                let group = &mut st.tree.nodes[g];
+                if let Some(w) = group.group_window.as_deref_mut() {
+                    w.merge(&h.group);
+                    if !groups.contains(&g) {
+                        groups.push(g);
+                    }
+                }
+            }
+            h.group.reset(now_ns);
+        }
         let node = &st.tree.nodes[id];
         let Some(target) = node.latency_target.filter(|_| node.latency) else {
             continue;
         };
-        verdict.active = true;
-        let judged = {
+        let seen = {
             let mut h = v.hist.lock().unwrap_or_else(|e| e.into_inner());
-            let w = &mut h.target;
-            let need = (5.0 / (1.0 - target.pct / 100.0)).ceil() as u64;
-            let allowed = ((1.0 - target.pct / 100.0) * need as f64).floor() as u64;
-            let age = now_ns.saturating_sub(w.since_ns);
-            // A window with more completions over the target than a full one may have
-            // has missed already: judge it now, not after the rest of the window.
-            let missed_already = || w.total.count_above(target.us) > allowed;
-            if w.count() < need && age < WINDOW_MAX_NS && !missed_already() {
-                None
-            } else {
-                let seen = w
-                    .total
-                    .percentile(target.pct)
-                    .map(|p| (p, w.wait_us, w.device_us));
-                w.reset(now_ns);
-                seen
-            }
+            close(&mut h.target, target, now_ns)
         };
-        let Some((p_us, wait_us, device_us)) = judged else {
-            // Not judged this period: its last judgment stands.
-            verdict.unmet |= books[id].latency_unmet;
-            continue;
-        };
-        verdict.judged = true;
-        let book = &mut books[id];
-        if std::mem::take(&mut book.latency_skip) {
-            verdict.unmet |= book.latency_unmet;
-            continue;
-        }
-        let boost = st.tree.nodes[id].boost;
-        let mut new_boost = boost;
-        if p_us > target.us {
-            book.latency_met_streak = 0;
-            if wait_us >= device_us {
-                let step = (p_us as f64 / target.us as f64).clamp(1.25, STEP_MAX);
-                new_boost = (boost * step).clamp(1.0, BOOST_MAX);
-            } else {
-                verdict.device_miss = true;
-            }
-        } else if p_us * 100 <= target.us * MARGIN_PCT {
-            book.latency_met_streak += 1;
-            if book.latency_met_streak >= MET_WINDOWS && boost > 1.0 {
-                new_boost = (boost * 0.8).max(1.0);
-            }
-        } else {
-            book.latency_met_streak = 0;
-        }
-        // vrate may rise again only after MET_WINDOWS windows with margin: one good
-        // window right after vrate fell is the fall's effect, not room to rise.
-        book.latency_unmet = book.latency_met_streak < MET_WINDOWS;
-        verdict.unmet |= book.latency_unmet;
-        if new_boost != boost {
-            // A raised weight shows in the very next window (the wait is the daemon's
-            // own); a lowered one is given a window to show before the next judgment.
-            book.latency_skip = new_boost < boost;
-            st.tree.nodes[id].boost = new_boost;
-            v.boost_ppm.store((new_boost * 1e6) as u64, Relaxed);
+        if let Some(boost) = judge(seen, target, &mut books[id], node.boost, &mut verdict) {
+            v.boost_ppm.store((boost * 1e6) as u64, Relaxed);
+            st.tree.nodes[id].boost = boost;
             dev.refresh_weight(st, id);
         }
     }
+    for &g in groups.iter() {
+        let group = &mut st.tree.nodes[g];
+        let (Some(target), Some(w)) = (group.latency_target, group.group_window.as_deref_mut())
+        else {
+            continue;
+        };
+        let seen = close(w, target, now_ns);
+        if let Some(boost) = judge(seen, target, &mut books[g], group.boost, &mut verdict) {
+            st.tree.nodes[g].boost = boost;
+            dev.refresh_weight(st, g);
+        }
+    }
     verdict
+}
+
+/// What a closed window saw: the percentile, and the time spent waiting to be admitted
+/// and on the device, µs.
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    pct_us: u64,
+    wait_us: u64,
+    device_us: u64,
+}
+
+/// Close the window if it is complete, or certainly missed; None: it goes on (or was
+/// empty).
+fn close(w: &mut TargetWindow, target: LatencyTarget, now_ns: u64) -> Option<Seen> {
+    let need = (5.0 / (1.0 - target.pct / 100.0)).ceil() as u64;
+    let allowed = ((1.0 - target.pct / 100.0) * need as f64).floor() as u64;
+    let age = now_ns.saturating_sub(w.since_ns);
+    // A window with more completions over the target than a full one may have has
+    // missed already: judge it now, not after the rest of the window.
+    let missed_already = || w.total.count_above(target.us) > allowed;
+    if w.count() < need && age < WINDOW_MAX_NS && !missed_already() {
+        return None;
+    }
+    let seen = w.total.percentile(target.pct).map(|pct_us| Seen {
+        pct_us,
+        wait_us: w.wait_us,
+        device_us: w.device_us,
+    });
+    w.reset(now_ns);
+    seen
+}
+
+/// Judge one volume's or group's window (None: not closed this period); returns its new
+/// boost if it changes.
+fn judge(
+    seen: Option<Seen>,
+    target: LatencyTarget,
+    book: &mut NodeBook,
+    boost: f64,
+    verdict: &mut Verdict,
+) -> Option<f64> {
+    verdict.active = true;
+    let Some(seen) = seen else {
+        // Not judged this period: its last judgment stands.
+        verdict.unmet |= book.latency_unmet;
+        return None;
+    };
+    verdict.judged = true;
+    if std::mem::take(&mut book.latency_skip) {
+        verdict.unmet |= book.latency_unmet;
+        return None;
+    }
+    let mut new_boost = boost;
+    if seen.pct_us > target.us {
+        book.latency_met_streak = 0;
+        if seen.wait_us >= seen.device_us {
+            let step = (seen.pct_us as f64 / target.us as f64).clamp(1.25, STEP_MAX);
+            new_boost = (boost * step).clamp(1.0, BOOST_MAX);
+        } else {
+            verdict.device_miss = true;
+        }
+    } else if seen.pct_us * 100 <= target.us * MARGIN_PCT {
+        book.latency_met_streak += 1;
+        if book.latency_met_streak >= MET_WINDOWS && boost > 1.0 {
+            new_boost = (boost * 0.8).max(1.0);
+        }
+    } else {
+        book.latency_met_streak = 0;
+    }
+    // vrate may rise again only after MET_WINDOWS windows with margin: one good window
+    // right after vrate fell is the fall's effect, not room to rise.
+    book.latency_unmet = book.latency_met_streak < MET_WINDOWS;
+    verdict.unmet |= book.latency_unmet;
+    // A raised weight shows in the very next window (the wait is the daemon's own); a
+    // lowered one is given a window to show before the next judgment.
+    book.latency_skip = new_boost < boost;
+    (new_boost != boost).then_some(new_boost)
 }
 
 #[cfg(test)]

@@ -146,7 +146,8 @@ fn plan(dev: &DeviceShared, ps: &mut PlannerState) -> u64 {
         // Members came and went: split the groups' reservations again (design §14).
         dev.apply_reservations(st);
     }
-    let verdict = latency_class::steer(dev, st, ps.books(st.tree.nodes.len()), now.now_ns);
+    let (books, scratch) = ps.books_and_scratch(st.tree.nodes.len());
+    let verdict = latency_class::steer(dev, st, books, &mut scratch.latency_groups, now.now_ns);
     ps.latency_class.device_miss |= verdict.device_miss;
     ps.latency_class.unmet = verdict.unmet;
     ps.vrate_ceiling.update(verdict, st.vtime_base_rate);

@@ -48,6 +48,8 @@ pub(crate) struct Scratch {
     pub inner: Vec<NodeId>,
     /// Marks inner nodes already collected in this run.
     pub stamp: u64,
+    /// Latency-class groups with active volumes in this run.
+    pub latency_groups: Vec<NodeId>,
 }
 
 /// What the planner remembers about one tree node.

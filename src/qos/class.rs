@@ -76,6 +76,7 @@ pub struct GroupPolicy {
     pub caps: Option<super::caps::CapsConfig>,
     pub reserve: Option<super::reserve::ReserveConfig>,
     pub class: Class,
+    pub latency_target: Option<LatencyTarget>,
 }
 
 /// A latency class volume's target: `"p99 2ms"`: the `pct`-th percentile of its requests'

@@ -38,10 +38,11 @@ use crate::cost_model::{CostModel, ModelConfig};
 use crate::vtime::VTIME_PER_USEC;
 
 use super::caps::{CapsConfig, NodeCaps, OpCapsConfig};
-use super::class::{Class, GroupPolicy, ServiceChange, VolumePolicy};
+use super::class::{Class, GroupPolicy, LatencyTarget, ServiceChange, VolumePolicy};
 use super::clock::Clock;
 use super::config::QosConfig;
 use super::error::QosError;
+use super::histogram::TargetWindow;
 use super::params::{Margins, QosParams};
 use super::reserve::{self, reservable_ppm, ReserveConfig};
 use super::stats::{DeviceStats, PeriodRecord};
@@ -285,10 +286,11 @@ pub struct NodeInfo {
     pub op_caps: Option<OpCapsConfig>,
     /// The node's reservation as configured.
     pub reserve: Option<ReserveConfig>,
-    /// Volumes: the class (groups: `Normal`).
     pub class: Class,
-    /// Volumes: the latency target (used in class `latency`).
+    /// The latency target (used in class `latency`).
     pub latency_target: Option<super::class::LatencyTarget>,
+    /// What the latency class multiplies the weight by now (1: none).
+    pub boost: f64,
 }
 
 /// The QoS controller of one host disk.
@@ -416,6 +418,7 @@ impl QosDevice {
         core.set_caps_path(st.tree.caps_path(id));
         st.tree.nodes[id].volume = Some(Arc::clone(&core));
         st.tree.volumes.push(id);
+        Self::refresh_latency_group(&st, id, now.now_ns);
         Ok(Arc::new(VolumeQos::new(Arc::clone(&self.shared), core)))
     }
 
@@ -520,7 +523,7 @@ impl QosDevice {
     pub fn set_group_policy(&self, name: &str, p: &GroupPolicy) -> Result<(), QosError> {
         self.set_caps(name, p.caps.as_ref())?;
         self.set_reserve(name, p.reserve.as_ref())?;
-        self.set_group_class(name, p.class)
+        self.set_group_class(name, p.class, p.latency_target)
     }
 
     /// The caps of a volume or group (None: uncapped).
@@ -598,19 +601,45 @@ impl QosDevice {
         Ok(())
     }
 
-    /// Set a group's class (design §13): `Background` makes the whole group yield to its
-    /// foreground siblings, whatever its members' classes; the latency class is per
-    /// volume. The group's active volumes leave the weight tree and re-enter at once.
-    pub fn set_group_class(&self, name: &str, class: Class) -> Result<(), QosError> {
-        if class == Class::Latency {
-            return Err(QosError::InvalidConfig(format!(
-                "class: a group is \"normal\" or \"background\"; give {name:?}'s volumes the latency class"
-            )));
-        }
+    /// Set a group's class (design §13, §15). `Background` makes the whole group yield to
+    /// its foreground siblings, whatever its members' classes; its active volumes leave
+    /// the weight tree and re-enter at once. `Latency` judges its volumes' latency
+    /// together against `latency_target` (None: keep the group's) and boosts the group's
+    /// weight.
+    pub fn set_group_class(
+        &self,
+        name: &str,
+        class: Class,
+        latency_target: Option<LatencyTarget>,
+    ) -> Result<(), QosError> {
         let mut st = self.shared.lock();
         let id = Self::node_id(&st, name)?;
         if st.tree.nodes[id].volume.is_some() {
             return Err(QosError::NotAGroup(name.to_owned()));
+        }
+        let target = latency_target.or(st.tree.nodes[id].latency_target);
+        if class == Class::Latency && target.is_none() {
+            return Err(QosError::InvalidConfig(format!(
+                "latency_target: class \"latency\" of {name:?} needs a target, e.g. \"p99 2ms\""
+            )));
+        }
+        st.tree.nodes[id].latency_target = target;
+        let latency = class == Class::Latency;
+        if st.tree.nodes[id].latency != latency {
+            let now_ns = self.shared.clock.now_ns();
+            let node = &mut st.tree.nodes[id];
+            node.latency = latency;
+            node.boost = 1.0;
+            node.group_window = latency.then(|| {
+                let mut w = Box::<TargetWindow>::default();
+                w.reset(now_ns);
+                w
+            });
+            self.shared.refresh_weight(&mut st, id);
+            let members: Vec<NodeId> = st.tree.volumes_under(id).collect();
+            for v in members {
+                Self::refresh_latency_group(&st, v, now_ns);
+            }
         }
         let background = class.is_background();
         if st.tree.nodes[id].background == background {
@@ -638,6 +667,23 @@ impl QosDevice {
         st.tree.weights_updated = true;
         st.tree.commit_weights(&self.shared.hweight_gen);
         Ok(())
+    }
+
+    /// Does volume `id` feed a latency-class group's window (it is under one)? Set its
+    /// flag, starting its group window afresh when it starts (device lock held).
+    fn refresh_latency_group(st: &DeviceState, id: NodeId, now_ns: u64) {
+        let node = &st.tree.nodes[id];
+        let Some(core) = &node.volume else { return };
+        let under = node.ancestors[..node.level]
+            .iter()
+            .any(|&g| st.tree.nodes[g].latency);
+        if core.in_latency_group.swap(under, Relaxed) != under && under {
+            core.hist
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .group
+                .reset(now_ns);
+        }
     }
 
     /// Set a volume's class (design §13, §15). An active volume leaves the weight tree and
@@ -935,6 +981,7 @@ impl QosDevice {
         st.tree.reparent(id, parent);
         core.set_path(st.tree.path(id));
         Self::refresh_caps_path(st, id);
+        Self::refresh_latency_group(st, id, self.shared.clock.now_ns());
         if active != 0 {
             let now = self.shared.now();
             st.tree.propagate(id, active, inuse, Some(now.vnow));
@@ -979,6 +1026,7 @@ impl QosDevice {
             reserve: n.reserve,
             class: n.class(),
             latency_target: n.latency_target,
+            boost: n.boost,
         }
     }
 

@@ -56,6 +56,17 @@ impl Histogram {
         self.total = self.total.saturating_add(1);
     }
 
+    /// Add `other`'s values to this one's.
+    pub(crate) fn merge(&mut self, other: &Histogram) {
+        if other.total == 0 {
+            return;
+        }
+        for (c, &o) in self.counts.iter_mut().zip(other.counts.iter()) {
+            *c = c.saturating_add(o);
+        }
+        self.total = self.total.saturating_add(other.total);
+    }
+
     pub(crate) fn clear(&mut self) {
         if self.total != 0 {
             self.counts.fill(0);
@@ -127,7 +138,9 @@ fn lower_of(bucket: usize) -> u64 {
 }
 
 /// Latency of one volume over the current period, the last full period and all time,
-/// and, for a latency-class volume, the window its target is judged over.
+/// and, for a latency-class volume, the window its target is judged over, and for a
+/// volume under a latency-class group, what it saw since the planner last took it into
+/// the group's window.
 #[derive(Debug, Default)]
 pub(crate) struct LatencyWindows {
     period: u64,
@@ -135,12 +148,13 @@ pub(crate) struct LatencyWindows {
     last: Histogram,
     pub all: Histogram,
     pub target: TargetWindow,
+    pub group: TargetWindow,
 }
 
 /// What a latency-class volume's requests saw since its target was last judged
 /// (`planner::latency_class`): latency in the daemon, arrival to completion, and how much
 /// of it was waiting to be admitted and how much on the device.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct TargetWindow {
     pub total: Histogram,
     pub wait_us: u64,
@@ -157,6 +171,13 @@ impl TargetWindow {
 
     pub(crate) fn count(&self) -> u64 {
         self.total.total
+    }
+
+    /// Add what `other` saw (a group's window gathers its volumes').
+    pub(crate) fn merge(&mut self, other: &TargetWindow) {
+        self.total.merge(&other.total);
+        self.wait_us = self.wait_us.saturating_add(other.wait_us);
+        self.device_us = self.device_us.saturating_add(other.device_us);
     }
 
     pub(crate) fn reset(&mut self, now_ns: u64) {

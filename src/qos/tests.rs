@@ -209,6 +209,7 @@ fn set_parent_of_an_idle_volume_applies_on_activation() {
             reserve: None,
             class: crate::qos::Class::Normal,
             latency_target: None,
+            boost: 1.0,
         }]
     );
 }
@@ -400,7 +401,7 @@ fn op_caps_hold_only_their_operation() {
 
 /// A background group yields as a whole, whatever its members' classes: its normal
 /// volume gets ~0.1 % beside a sibling group's volume, and 50 % again once the group is
-/// normal. The latency class is refused for a group.
+/// normal. The latency class needs a target; a volume is not a group.
 #[test]
 fn a_background_group_yields_with_its_normal_members() {
     let (dev, _clock) = device(&qos_10ms());
@@ -412,11 +413,44 @@ fn a_background_group_yields_with_its_normal_members() {
     go(b.admit(&io_us(1)));
     let pct = |v: &VolumeQos| v.stats().hweight_active;
     assert!((pct(&b) - 50.0).abs() < 0.1, "{}", pct(&b));
-    dev.set_group_class("B", Class::Background).unwrap();
+    dev.set_group_class("B", Class::Background, None).unwrap();
     assert!(pct(&a) > 99.8 && pct(&b) < 0.2, "{} {}", pct(&a), pct(&b));
     assert_eq!(dev.groups()[1].class, Class::Background);
-    dev.set_group_class("B", Class::Normal).unwrap();
+    dev.set_group_class("B", Class::Normal, None).unwrap();
     assert!((pct(&b) - 50.0).abs() < 0.1, "{}", pct(&b));
-    assert!(dev.set_group_class("B", Class::Latency).is_err());
-    assert!(dev.set_group_class("a", Class::Background).is_err());
+    let err = dev.set_group_class("B", Class::Latency, None).unwrap_err();
+    assert!(err.to_string().starts_with("latency_target"), "{err}");
+    assert!(dev.set_group_class("a", Class::Background, None).is_err());
+}
+
+/// A latency-class group's volumes feed its window, and only while it is one: a volume
+/// added under it, or moved under it, too; one moved out stops.
+#[test]
+fn a_latency_groups_volumes_feed_its_window() {
+    let (dev, _clock) = device(&qos_10ms());
+    dev.add_group("L", None, 100).unwrap();
+    let a = dev.add_volume("a", Some("L"), 100).unwrap();
+    let b = dev.add_volume("b", None, 100).unwrap();
+    let feeds = |v: &VolumeQos| {
+        v.core
+            .in_latency_group
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    assert!(!feeds(&a));
+    let target = LatencyTarget::parse("p99 2ms").unwrap();
+    dev.set_group_class("L", Class::Latency, Some(target))
+        .unwrap();
+    assert!(feeds(&a) && !feeds(&b));
+    assert_eq!(dev.groups()[0].class, Class::Latency);
+    assert_eq!(dev.groups()[0].latency_target, Some(target));
+    let c = dev.add_volume("c", Some("L"), 100).unwrap();
+    assert!(feeds(&c));
+    dev.set_parent("b", Some("L")).unwrap();
+    dev.set_parent("a", None).unwrap();
+    assert!(feeds(&b) && !feeds(&a));
+    // The target stays when only the class changes.
+    dev.set_group_class("L", Class::Normal, None).unwrap();
+    assert!(!feeds(&b) && !feeds(&c));
+    dev.set_group_class("L", Class::Latency, None).unwrap();
+    assert!(feeds(&b) && feeds(&c));
 }

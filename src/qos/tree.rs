@@ -58,8 +58,11 @@ pub(crate) struct TreeNode {
     /// Class `latency` (design §15), with its target.
     pub latency: bool,
     pub latency_target: Option<super::class::LatencyTarget>,
-    /// What the latency class multiplies the volume's weight by (1 = no boost).
+    /// What the latency class multiplies the node's weight by (1 = no boost).
     pub boost: f64,
+    /// A latency-class group's window: its volumes' completions since its target was
+    /// last judged (a volume's own is in its `hist.target`).
+    pub group_window: Option<Box<super::histogram::TargetWindow>>,
     /// Active children that are foreground: normal or latency volumes, or groups with
     /// such a child. A group without one is itself background.
     pub fg_children: u32,
@@ -85,6 +88,7 @@ impl TreeNode {
             latency: false,
             latency_target: None,
             boost: 1.0,
+            group_window: None,
             fg_children: 0,
         }
     }

@@ -128,6 +128,9 @@ pub(crate) struct VolumeCore {
     pub reserve: ReserveBudget,
     /// Class `latency` (design §15): completions feed `hist.target`.
     pub latency_class: AtomicBool,
+    /// Under a latency-class group (design §15): completions feed `hist.group`, which the
+    /// planner takes into the group's window every period. Set under the device lock.
+    pub in_latency_group: AtomicBool,
     /// The latency class's boost of the weight, ppm (planner-written, for statistics).
     pub boost_ppm: AtomicU64,
     /// Operations with caps of their own (`op_caps`), one bit per `IoKind`: a waiting one
@@ -173,6 +176,7 @@ impl VolumeCore {
             background_inflight: AtomicU64::new(0),
             reserve: ReserveBudget::default(),
             latency_class: AtomicBool::new(false),
+            in_latency_group: AtomicBool::new(false),
             boost_ppm: AtomicU64::new(1_000_000),
             own_caps_ops: std::sync::atomic::AtomicU8::new(0),
         }
@@ -445,12 +449,17 @@ impl VolumeQos {
         let period = dev.cur_period.load(Relaxed);
         let mut h = v.hist.lock().unwrap_or_else(|e| e.into_inner());
         let latency_class = v.latency_class.load(Relaxed);
+        let latency_group = v.in_latency_group.load(Relaxed);
         for (charge, t) in done {
-            if latency_class {
-                h.target.record(
-                    t.admitted_ns.saturating_sub(t.arrived_ns) / 1000,
-                    t.completed_ns.saturating_sub(t.admitted_ns) / 1000,
-                );
+            if latency_class || latency_group {
+                let wait_us = t.admitted_ns.saturating_sub(t.arrived_ns) / 1000;
+                let device_us = t.completed_ns.saturating_sub(t.admitted_ns) / 1000;
+                if latency_class {
+                    h.target.record(wait_us, device_us);
+                }
+                if latency_group {
+                    h.group.record(wait_us, device_us);
+                }
             }
             cost = cost.wrapping_add(charge.cost);
             if charge.background {

@@ -157,9 +157,11 @@ pub struct GroupSection {
     /// As `[[group]] reserve` of the daemon's config.
     #[serde(default)]
     pub reserve: Option<crate::qos::ReserveConfig>,
-    /// As `[[group]] class` of the daemon's config.
+    /// As `[[group]] class` and `latency_target` of the daemon's config.
     #[serde(default)]
     pub class: crate::qos::Class,
+    #[serde(default)]
+    pub latency_target: Option<crate::qos::LatencyTarget>,
 }
 
 fn default_weight() -> u32 {
@@ -378,6 +380,7 @@ impl GroupSection {
             caps: self.caps,
             reserve: self.reserve,
             class: self.class,
+            latency_target: self.latency_target,
         }
     }
 }
