@@ -16,6 +16,7 @@
 //! | `vhost_iocost_volume_background_held_total` | counter | times a background volume's next request was held back for the foreground |
 //! | `vhost_iocost_volume_reserved_total` | counter | requests admitted on the volume's reservation |
 //! | `vhost_iocost_volume_latency_boost` | gauge | what the latency class multiplies the volume's weight by |
+//! | `vhost_iocost_group_latency_boost{group}` | gauge | the same for a latency-class group's weight |
 //! | `vhost_iocost_volume_wait_seconds_total` | counter | time with a throttled request |
 //! | `vhost_iocost_volume_weight` | gauge | configured weight |
 //! | `vhost_iocost_volume_usage_percent` | gauge | device time used in the last period |
@@ -250,6 +251,21 @@ impl Collector for ControlCollector {
                 None,
             )?;
         }
+
+        // Latency-class groups: their boost (a volume's is in its series above).
+        let group_boost: Vec<(Labels, ConstGauge<f64>)> = ctl
+            .groups()
+            .groups
+            .into_iter()
+            .filter(|g| g.class.value == crate::qos::Class::Latency)
+            .map(|g| (vec![("group", g.name)], ConstGauge::new(g.boost)))
+            .collect();
+        family(
+            &mut enc,
+            "vhost_iocost_group_latency_boost",
+            "What the latency class multiplies a latency-class group's weight by (1: none).",
+            &group_boost,
+        )?;
 
         let d = &stats.device;
         let device: [(&str, &str, f64); 3] = [

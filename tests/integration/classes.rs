@@ -205,6 +205,14 @@ fn a_latency_class_group_is_boosted_until_its_target_holds() {
     let boost = g["boost"].as_f64().unwrap();
     assert!(boost > 4.0, "boost {boost}");
     assert_eq!(volume_stats(&d, "l")["boost"], 1.0);
+    let metrics = client::request(&d.path("control.sock"), "GET", "/metrics", None).unwrap();
+    let line = metrics
+        .body
+        .lines()
+        .find(|l| l.starts_with("vhost_iocost_group_latency_boost{group=\"t\"}"))
+        .unwrap_or_else(|| panic!("no group boost in /metrics\n{}", metrics.body));
+    let in_metrics: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(in_metrics > 4.0, "{line}");
     let (status, dir) = d.stop();
     assert!(status.success());
     let d = DaemonProcess::start_in(
