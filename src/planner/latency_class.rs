@@ -31,6 +31,7 @@
 //! (PINE's 10 s cycle exists for the same reason). A raise is judged in the next window:
 //! the wait it cures is the daemon's own and ends at once.
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -82,15 +83,19 @@ pub(crate) struct Verdict {
 }
 
 /// The highest vrate the latency class lets the planner raise vrate to (design §15).
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Ceiling {
     /// None until a latency-class volume misses on the device, and again once none is
     /// active.
     limit: Option<u64>,
-    /// The highest base vrate since the last judged window.
-    peak: u64,
-    /// The peak of the window that last missed on the device.
+    /// Base vrate per period over the last [`PEAK_SPAN_NS`]: a window that missed ran
+    /// within it, and its highest vrate is where the device missed.
+    recent: VecDeque<(u64, u64)>,
+    /// The highest vrate before the last miss.
     missed_at: u64,
+    /// When the last miss was judged: misses less than a window apart are one episode
+    /// (several volumes, or a group and its members, see the same one).
+    missed_ns: Option<u64>,
     /// Windows met with margin still to pass before the ceiling rises.
     hold: u32,
     /// The hold after the next miss.
@@ -99,22 +104,46 @@ pub(crate) struct Ceiling {
     step: u64,
 }
 
+/// How far back a missed window's highest vrate is looked for: the longest window and a
+/// period's slack.
+pub const PEAK_SPAN_NS: u64 = WINDOW_MAX_NS + WINDOW_MAX_NS / 5;
+
 impl Ceiling {
     /// After [`steer`] in each period, with the base vrate of the period that ended.
-    pub fn update(&mut self, verdict: Verdict, vrate: u64) {
+    pub fn update(&mut self, verdict: Verdict, vrate: u64, now_ns: u64) {
         if !verdict.active {
-            *self = Ceiling::default();
+            // Keep the buffer's allocation.
+            let mut recent = std::mem::take(&mut self.recent);
+            recent.clear();
+            *self = Ceiling {
+                recent,
+                ..Ceiling::default()
+            };
             return;
         }
-        self.peak = self.peak.max(vrate);
+        while self
+            .recent
+            .front()
+            .is_some_and(|&(at, _)| at + PEAK_SPAN_NS < now_ns)
+        {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((now_ns, vrate));
         if verdict.device_miss {
-            let below = self.peak * (100 - CEILING_BACKOFF_PCT) / 100;
+            let peak = self.recent.iter().map(|&(_, v)| v).max().unwrap_or(vrate);
+            let below = peak * (100 - CEILING_BACKOFF_PCT) / 100;
             self.limit = Some(self.limit.map_or(below, |l| l.min(below)));
-            self.missed_at = self.peak;
-            // Each miss makes the next probe wait twice as long: the edge is found
-            // once, then rarely tried again.
-            self.hold = self.next_hold.max(CEILING_HOLD);
-            self.next_hold = (self.hold * 2).min(CEILING_HOLD_MAX);
+            self.missed_at = peak;
+            // Each episode of misses makes the next probe wait twice as long: the edge
+            // is found once, then rarely tried again.
+            let new_episode = self
+                .missed_ns
+                .map_or(true, |at| now_ns.saturating_sub(at) >= WINDOW_MAX_NS);
+            if new_episode {
+                self.hold = self.next_hold.max(CEILING_HOLD);
+                self.next_hold = (self.hold * 2).min(CEILING_HOLD_MAX);
+            }
+            self.missed_ns = Some(now_ns);
             self.step = CEILING_STEP_PERMILLE;
         } else if verdict.judged && !verdict.unmet {
             if self.hold > 0 {
@@ -127,9 +156,6 @@ impl Ceiling {
                     self.step = (self.step * 2).min(CEILING_STEP_MAX_PERMILLE);
                 }
             }
-        }
-        if verdict.judged {
-            self.peak = vrate;
         }
     }
 
@@ -294,19 +320,25 @@ mod tests {
     #[test]
     fn the_ceiling_sits_below_a_miss_and_probes_ever_more_rarely() {
         let mut c = Ceiling::default();
-        c.update(MET, 1000);
+        // One judged window every half second.
+        let mut now_ns = 0;
+        let mut update = |c: &mut Ceiling, v: Verdict, vrate: u64| {
+            now_ns += WINDOW_MAX_NS / 2;
+            c.update(v, vrate, now_ns);
+        };
+        update(&mut c, MET, 1000);
         assert_eq!(c.limit(), None, "no ceiling before a miss");
-        c.update(MISS, 1000);
+        update(&mut c, MISS, 1000);
         assert_eq!(c.limit(), Some(970));
         // The hold: CEILING_HOLD windows met before it moves.
         for _ in 0..CEILING_HOLD {
-            c.update(MET, 960);
+            update(&mut c, MET, 960);
             assert_eq!(c.limit(), Some(970));
         }
         // Slowly while below where it missed, then doubling steps.
         let mut limits = Vec::new();
         for _ in 0..9 {
-            c.update(MET, 960);
+            update(&mut c, MET, 960);
             limits.push(c.limit().unwrap());
         }
         assert_eq!(
@@ -314,17 +346,22 @@ mod tests {
             [975, 980, 985, 990, 995, 1000, 1005, 1016, 1037],
             "0.5 % steps up to 1000, then 0.5, 1, 2 % ..."
         );
-        // A second miss: below the peak of its window, and the hold doubles.
-        c.update(MISS, 1040);
+        // A second miss: below the highest vrate of the last window, and the hold
+        // doubles.
+        update(&mut c, MISS, 1040);
+        assert_eq!(c.limit(), Some(1008));
+        // Another volume's window of the same episode, after vrate fell: no lower, and
+        // the hold does not double again.
+        update(&mut c, MISS, 990);
         assert_eq!(c.limit(), Some(1008));
         for _ in 0..2 * CEILING_HOLD {
-            c.update(MET, 1000);
+            update(&mut c, MET, 1000);
         }
         assert_eq!(c.limit(), Some(1008));
-        c.update(MET, 1000);
+        update(&mut c, MET, 1000);
         assert_eq!(c.limit(), Some(1014));
-        // No latency-class volume active: no ceiling, and the next miss holds briefly.
-        c.update(Verdict::default(), 1000);
+        // No latency-class volume active: no ceiling.
+        update(&mut c, Verdict::default(), 1000);
         assert_eq!(c.limit(), None);
     }
 }

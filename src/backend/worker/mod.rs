@@ -291,10 +291,24 @@ impl<A: Admission> Drop for Worker<A> {
         while self.in_flight_count > 0 {
             if let Err(e) = self.engine.wait_for_completion() {
                 // We cannot learn when the kernel is done: leak the buffers rather than free
-                // memory it may still write to.
+                // memory it may still write to. QoS and the device's slots count the
+                // requests as done, or the volume (and a background one's in-flight
+                // limit) and the slots would stay taken for good.
                 tracing::error!(volume = %self.volume.name, in_flight = self.in_flight_count, "cannot wait for in-flight I/O ({e}); leaking its buffers");
+                let now = admission.now_ns();
+                for record in self.inflight.iter_mut().flatten() {
+                    self.volume.shared.slots.release();
+                    if let Some(ticket) = record.ticket.take() {
+                        let timing = Timing {
+                            completed_ns: now,
+                            ..record.timing
+                        };
+                        self.settled.push((ticket, timing));
+                    }
+                }
+                self.in_flight_count = 0;
                 std::mem::forget(std::mem::take(&mut self.inflight));
-                return;
+                break;
             }
             let mut done = Vec::new();
             self.engine.reap_into(&mut done);
