@@ -1,7 +1,9 @@
 //! Assembles the daemon from a validated config: opens the host disk, builds the QoS tree
-//! (one `QosDevice` for the disk, a leaf per volume), starts one listener per volume and
-//! the planner thread, and stops gracefully on SIGINT/SIGTERM.
+//! (one `QosDevice` for the disk, a leaf per volume), listens on every volume's socket
+//! (one acceptor thread for all), starts the planner thread, and stops gracefully on
+//! SIGINT/SIGTERM.
 
+use crate::backend::acceptor::Acceptor;
 use crate::backend::disk::{DiskError, HostDisk};
 use crate::backend::server::VolumeServer;
 use crate::backend::slots::DeviceSlots;
@@ -28,6 +30,7 @@ pub enum DaemonError {
 pub struct Daemon {
     pub qos: Arc<QosDevice>,
     pub servers: Vec<Arc<VolumeServer<Arc<VolumeQos>>>>,
+    acceptor: Arc<Acceptor>,
     /// The planner thread, which the control API wakes after a change of the period.
     pub planner: std::thread::Thread,
 }
@@ -58,6 +61,7 @@ impl Daemon {
                 "fault injection is on: matching requests will fail on purpose"
             );
         }
+        let acceptor = Acceptor::start()?;
         let mut servers = Vec::new();
         for (i, v) in config.volumes.iter().enumerate() {
             let handle = qos
@@ -72,12 +76,17 @@ impl Daemon {
             let mut volume = Volume::new(v, shared.clone(), handle);
             volume.socket_gid = v.socket_gid(i)?;
             let volume = Arc::new(volume);
-            servers.push(VolumeServer::start(volume)?);
+            servers.push(VolumeServer::start(volume, &acceptor)?);
         }
+        tracing::info!(
+            volumes = servers.len(),
+            "listening on every volume's socket"
+        );
         let planner = spawn_planner(qos.clone(), servers.clone())?;
         Ok(Daemon {
             qos,
             servers,
+            acceptor,
             planner,
         })
     }
@@ -88,6 +97,7 @@ impl Daemon {
         for s in &self.servers {
             s.stop();
         }
+        self.acceptor.stop();
     }
 }
 

@@ -10,9 +10,11 @@
 //! - [`worker`]: a volume's event loop state: popping the rings (`ring`), admission
 //!   (`mod`), requests on the device (`inflight`).
 //! - [`vhost`]: the `VhostUserBackend` implementation for one connection.
-//! - [`server`]: per-volume listener threads, reconnects and graceful shutdown;
-//!   [`handshake`]: the deadline for a new frontend's first message.
+//! - [`acceptor`]: one thread waiting for frontends on every volume's socket;
+//!   [`server`]: a volume's connections (a thread each), reconnects and graceful
+//!   shutdown; [`handshake`]: the deadline for a new frontend's first message.
 
+pub(crate) mod acceptor;
 pub(crate) mod admission;
 pub(crate) mod admit_queue;
 pub(crate) mod blk_config;

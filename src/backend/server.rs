@@ -1,7 +1,9 @@
-//! One listener thread per volume. Each accepted frontend gets a fresh backend and
-//! `VhostUserDaemon` (the crate's workers live for one connection); when it disconnects,
-//! the same socket accepts the next one while the other volumes keep running.
+//! A volume's connections. Its socket is watched by the [`Acceptor`] (no thread while
+//! idle); each frontend gets a thread, a fresh backend and a `VhostUserDaemon` (the
+//! crate's workers live for one connection); when it disconnects, the socket is armed
+//! for the next one while the other volumes keep running.
 
+use super::acceptor::{Acceptable, Acceptor, Token};
 use super::admission::Admission;
 use super::handshake::HANDSHAKE_TIMEOUT;
 use super::vhost::VolumeBackend;
@@ -10,7 +12,7 @@ use super::worker::Mem;
 use std::io;
 use std::os::unix::io::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use vhost::vhost_user::Listener;
 use vhost_user_backend::{ShutdownHandle, VhostUserDaemon};
@@ -28,20 +30,28 @@ pub struct VolumeServer<A: Admission> {
     stopping: AtomicBool,
     /// The socket file this server bound, removed on stop only if still there.
     bound: Option<crate::socket_path::SocketId>,
+    listener: Mutex<Listener>,
+    acceptor: Arc<Acceptor>,
+    token: OnceLock<Token>,
 }
 
 impl<A: Admission> VolumeServer<A> {
     /// Binds the volume's socket (replacing a stale one, refusing anything else:
-    /// [`crate::socket_path::claim`]) and starts its listener thread.
-    pub fn start(volume: Arc<Volume<A>>) -> io::Result<Arc<Self>> {
+    /// [`crate::socket_path::claim`]) and has `acceptor` watch it.
+    pub fn start(volume: Arc<Volume<A>>, acceptor: &Arc<Acceptor>) -> io::Result<Arc<Self>> {
         crate::socket_path::claim(&volume.socket, &format!("volume {}: socket", volume.name))?;
-        let listener = Listener::new(&volume.socket, false).map_err(|e| {
+        let cannot_listen = |e: &dyn std::fmt::Display| {
             io::Error::other(format!(
                 "volume {}: cannot listen on {}: {e}",
                 volume.name,
                 volume.socket.display()
             ))
-        })?;
+        };
+        let listener = Listener::new(&volume.socket, false).map_err(|e| cannot_listen(&e))?;
+        // The acceptor only says a frontend is waiting; never block on one that left.
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| cannot_listen(&e))?;
         crate::socket_path::set_access(&volume.socket, volume.socket_mode, volume.socket_gid)
             .map_err(|e| {
                 io::Error::other(format!(
@@ -50,32 +60,65 @@ impl<A: Admission> VolumeServer<A> {
                     volume.socket.display()
                 ))
             })?;
+        let fd = listener.as_raw_fd();
         let server = Arc::new(VolumeServer {
             bound: crate::socket_path::id(&volume.socket),
             volume,
             current: Mutex::new(None),
             stopping: AtomicBool::new(false),
+            listener: Mutex::new(listener),
+            acceptor: Arc::clone(acceptor),
+            token: OnceLock::new(),
         });
-        let s = server.clone();
-        std::thread::Builder::new()
-            .name(format!("vol-{}", server.volume.name))
-            .spawn(move || s.serve_forever(listener))?;
+        let token = acceptor.add(fd, server.clone())?;
+        let _ = server.token.set(token);
+        tracing::debug!(volume = %server.volume.name, socket = %server.volume.socket.display(), "listening");
         Ok(server)
     }
 
-    fn serve_forever(&self, mut listener: Listener) {
+    /// A frontend's connection, on its own thread; then the socket is armed again.
+    fn serve_connection(&self) {
         let name = &self.volume.name;
-        tracing::info!(volume = %name, socket = %self.volume.socket.display(), "listening");
-        while !self.stopping.load(Ordering::Acquire) {
-            if let Err(e) = self.serve_one(&mut listener) {
-                tracing::error!(volume = %name, "connection failed: {e}");
-                // Do not spin if something persistent is wrong (e.g. io_uring limits).
+        let mut accepted = false;
+        if let Err(e) = self.serve_one(&mut accepted) {
+            tracing::error!(volume = %name, "connection failed: {e}");
+            if !accepted {
+                // A frontend that could not be taken is not left waiting, and something
+                // persistent (e.g. io_uring limits) does not make this spin.
+                self.turn_away();
                 std::thread::sleep(Duration::from_millis(500));
+            }
+        }
+        self.arm();
+    }
+
+    /// Watch the socket for the next frontend (not once stopping).
+    fn arm(&self) {
+        if self.stopping.load(Ordering::Acquire) {
+            return;
+        }
+        let fd = self.lock_listener().as_raw_fd();
+        if let Some(&token) = self.token.get() {
+            if let Err(e) = self.acceptor.arm(token, fd) {
+                tracing::error!(volume = %self.volume.name, "cannot wait for the next frontend: {e}");
             }
         }
     }
 
-    fn serve_one(&self, listener: &mut Listener) -> io::Result<()> {
+    fn lock_listener(&self) -> std::sync::MutexGuard<'_, Listener> {
+        self.listener.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Accepts the waiting frontend and closes it at once: it cannot be served now.
+    fn turn_away(&self) {
+        if let Ok(Some(stream)) = self.lock_listener().accept() {
+            drop(stream);
+        }
+    }
+
+    /// One frontend's connection, from making its backend to its end; `accepted` is set
+    /// once the frontend is taken off the socket.
+    fn serve_one(&self, accepted: &mut bool) -> io::Result<()> {
         let name = &self.volume.name;
         let backend = Arc::new(VolumeBackend::new(self.volume.clone())?);
         let mut daemon = VhostUserDaemon::new(
@@ -84,6 +127,8 @@ impl<A: Admission> VolumeServer<A> {
             GuestMemoryAtomic::new(Mem::new()),
         )
         .map_err(daemon_error)?;
+        // Dropped before the daemon on an early return (declared after it).
+        let _ends_worker = EndsWorker(backend.clone());
         let handler = daemon.get_epoll_handlers().remove(0);
         let tokens = backend.tokens();
         {
@@ -104,7 +149,10 @@ impl<A: Admission> VolumeServer<A> {
                 tokens.wake.into(),
             )?;
         }
-        daemon.start(listener).map_err(daemon_error)?;
+        daemon
+            .start(&mut self.lock_listener())
+            .map_err(daemon_error)?;
+        *accepted = true;
         VolumeCounters::add(&self.volume.counters.connections, 1);
         tracing::info!(volume = %name, "frontend connected");
         let shutdown = daemon
@@ -122,8 +170,9 @@ impl<A: Admission> VolumeServer<A> {
         backend.handshake.ended();
         let _ = watchdog.join();
         self.lock().take();
-        // Dropping the daemon stops and joins its worker threads; dropping the backend then
-        // waits for any I/O still in the kernel.
+        // Dropping the daemon joins its worker thread, once told to end; dropping the
+        // backend then waits for any I/O still in the kernel.
+        backend.end_worker_thread();
         drop(daemon);
         let in_flight = backend.worker().in_flight();
         tracing::info!(volume = %name, in_flight, "frontend disconnected");
@@ -172,6 +221,10 @@ impl<A: Admission> VolumeServer<A> {
     /// and answered, then its connection is closed.
     pub fn stop(&self) {
         self.stopping.store(true, Ordering::Release);
+        if let Some(&token) = self.token.get() {
+            self.acceptor
+                .remove(token, self.lock_listener().as_raw_fd());
+        }
         let conn = self
             .lock()
             .as_ref()
@@ -183,6 +236,32 @@ impl<A: Admission> VolumeServer<A> {
             shutdown.shutdown();
         }
         crate::socket_path::remove_if_ours(&self.volume.socket, self.bound);
+    }
+}
+
+impl<A: Admission> Acceptable for VolumeServer<A> {
+    fn accept_ready(self: Arc<Self>) {
+        if self.stopping.load(Ordering::Acquire) {
+            return;
+        }
+        let s = Arc::clone(&self);
+        let spawned = std::thread::Builder::new()
+            .name(format!("vol-{}", self.volume.name))
+            .spawn(move || s.serve_connection());
+        if let Err(e) = spawned {
+            tracing::error!(volume = %self.volume.name, "cannot start a thread for a frontend ({e}): turned away");
+            self.turn_away();
+            self.arm();
+        }
+    }
+}
+
+/// Ends a connection's vring worker thread when dropped.
+struct EndsWorker<A: Admission>(Arc<VolumeBackend<A>>);
+
+impl<A: Admission> Drop for EndsWorker<A> {
+    fn drop(&mut self) {
+        self.0.end_worker_thread();
     }
 }
 

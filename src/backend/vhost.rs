@@ -9,14 +9,13 @@ use super::blk_config::{self, BlkConfig};
 use super::volume::Volume;
 use super::worker::{Mem, Vring, Worker};
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
 use vhost_user_backend::VhostUserBackend;
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryRegion};
 use vmm_sys_util::epoll::EventSet;
-use vmm_sys_util::event::{
-    new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
-};
+use vmm_sys_util::event::{EventConsumer, EventNotifier};
 
 /// Epoll tokens beyond the queue indices (`num_queues` itself is reserved by the crate).
 #[derive(Clone, Copy, Debug)]
@@ -52,6 +51,8 @@ pub struct VolumeBackend<A: Admission> {
     guarded: Mutex<super::sigbus::Registration>,
     /// [`super::sigbus::Registration::faults`] when this volume last looked.
     seen_faults: std::sync::atomic::AtomicUsize,
+    /// The connection is over: the vring worker thread ends at its next wake event.
+    ending: AtomicBool,
 }
 
 impl<A: Admission> VolumeBackend<A> {
@@ -68,8 +69,16 @@ impl<A: Admission> VolumeBackend<A> {
             )),
             guarded: Mutex::new(super::sigbus::Registration::default()),
             seen_faults: std::sync::atomic::AtomicUsize::new(0),
+            ending: AtomicBool::new(false),
             volume,
         })
+    }
+
+    /// Ends the connection's vring worker thread (it has no exit event, see
+    /// `exit_event`): call before the daemon is dropped, which joins the thread.
+    pub fn end_worker_thread(&self) {
+        self.ending.store(true, Ordering::Release);
+        let _ = self.wake.write(1);
     }
 
     /// Some guest region faulted (its file shrank under the mapping): say so if it was
@@ -195,8 +204,11 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
         vec![self.all_queues_mask()]
     }
 
+    /// None: vhost-user-backend 0.24 registers an exit event's consumer as a raw fd and
+    /// never closes it, one descriptor lost per connection. The vring worker thread ends
+    /// through the wake event instead ([`VolumeBackend::end_worker_thread`]).
     fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
-        new_event_consumer_and_notifier(EventFlag::NONBLOCK | EventFlag::CLOEXEC).ok()
+        None
     }
 
     /// GET_VRING_BASE: every request popped from this queue must be answered before the
@@ -221,6 +233,10 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
     ) -> io::Result<()> {
         if evset != EventSet::IN {
             tracing::warn!(volume = %self.volume.name, device_event, ?evset, "unexpected epoll event");
+        }
+        if device_event == self.tokens.wake && self.ending.load(Ordering::Acquire) {
+            // The only error that ends the thread: the connection is over.
+            return Err(io::Error::other("connection ended"));
         }
         let mut worker = self.worker();
         let t = self.tokens;

@@ -197,6 +197,17 @@ impl Client {
         self.submit(0, op, 0);
         self.wait(0, 1)[0].1
     }
+
+    /// Writes `data` at disk offset `off` (from the start of the buffer), reads it back
+    /// into the buffer right after it, and returns whether the same bytes came back. The
+    /// buffer must hold twice `data`.
+    pub fn round_trip(&mut self, off: u64, data: &[u8]) -> bool {
+        let len = data.len();
+        self.buf()[..len].copy_from_slice(data);
+        let wrote = self.run(Op::Write { off, len, buf: 0 });
+        let read = self.run(Op::Read { off, len, buf: len });
+        wrote == 0 && read == 0 && &self.buf()[len..2 * len] == data
+    }
 }
 
 impl Drop for Client {

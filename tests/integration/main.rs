@@ -19,3 +19,4 @@ mod operations;
 mod profile;
 mod qos;
 mod raw_frontend;
+mod scale;
