@@ -91,7 +91,8 @@ impl Acceptor {
         self.owners.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Registers a listening socket (armed) and its owner.
+    /// Registers a listening socket and its owner, disarmed: [`Acceptor::arm`] it once the
+    /// owner knows its token.
     pub fn add(&self, fd: RawFd, owner: Arc<dyn Acceptable>) -> io::Result<Token> {
         let token = {
             let mut owners = self.lock();
@@ -105,7 +106,7 @@ impl Acceptor {
             owners[slot] = Some(owner);
             Token(slot as u64)
         };
-        let event = EpollEvent::new(EventSet::IN | EventSet::ONE_SHOT, token.0);
+        let event = EpollEvent::new(EventSet::ONE_SHOT, token.0);
         if let Err(e) = self.epoll.ctl(ControlOperation::Add, fd, event) {
             self.lock()[token.0 as usize] = None;
             return Err(e);

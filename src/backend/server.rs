@@ -48,7 +48,8 @@ impl<A: Admission> VolumeServer<A> {
             ))
         };
         let listener = Listener::new(&volume.socket, false).map_err(|e| cannot_listen(&e))?;
-        // The acceptor only says a frontend is waiting; never block on one that left.
+        // `turn_away` accepts only if a frontend is waiting. (The crate's accept loops
+        // while none is, so a connection is only accepted once the acceptor saw one.)
         listener
             .set_nonblocking(true)
             .map_err(|e| cannot_listen(&e))?;
@@ -72,6 +73,7 @@ impl<A: Admission> VolumeServer<A> {
         });
         let token = acceptor.add(fd, server.clone())?;
         let _ = server.token.set(token);
+        acceptor.arm(token, fd)?;
         tracing::debug!(volume = %server.volume.name, socket = %server.volume.socket.display(), "listening");
         Ok(server)
     }
@@ -99,8 +101,11 @@ impl<A: Admission> VolumeServer<A> {
         }
         let fd = self.lock_listener().as_raw_fd();
         if let Some(&token) = self.token.get() {
+            // Stopping meanwhile removed the socket: nothing to arm.
             if let Err(e) = self.acceptor.arm(token, fd) {
-                tracing::error!(volume = %self.volume.name, "cannot wait for the next frontend: {e}");
+                if !self.stopping.load(Ordering::Acquire) {
+                    tracing::error!(volume = %self.volume.name, "cannot wait for the next frontend: {e}");
+                }
             }
         }
     }
@@ -127,10 +132,21 @@ impl<A: Admission> VolumeServer<A> {
             GuestMemoryAtomic::new(Mem::new()),
         )
         .map_err(daemon_error)?;
-        // Dropped before the daemon on an early return (declared after it).
-        let _ends_worker = EndsWorker(backend.clone());
         let handler = daemon.get_epoll_handlers().remove(0);
         let tokens = backend.tokens();
+        // The vring worker thread runs already and ends only through the exit event: if
+        // that cannot be registered, dropping the daemon would wait for it for ever.
+        if let Err(e) = handler.register_listener(
+            backend.exit_evt.as_raw_fd(),
+            EventSet::IN,
+            tokens.exit.into(),
+        ) {
+            tracing::error!(volume = %name, "cannot register the connection's exit event ({e}): its thread is left behind");
+            std::mem::forget(daemon);
+            return Err(e);
+        }
+        // Dropped before the daemon on an early return (declared after it).
+        let _ends_worker = EndsWorker(backend.clone());
         {
             let worker = backend.worker();
             handler.register_listener(

@@ -9,7 +9,6 @@ use super::blk_config::{self, BlkConfig};
 use super::volume::Volume;
 use super::worker::{Mem, Vring, Worker};
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
 use vhost_user_backend::VhostUserBackend;
@@ -23,6 +22,8 @@ pub struct Tokens {
     pub completion: u16,
     pub timer: u16,
     pub wake: u16,
+    /// The connection is over: the vring worker thread ends.
+    pub exit: u16,
 }
 
 impl Tokens {
@@ -31,6 +32,7 @@ impl Tokens {
             completion: num_queues + 1,
             timer: num_queues + 2,
             wake: num_queues + 3,
+            exit: num_queues + 4,
         }
     }
 }
@@ -51,8 +53,9 @@ pub struct VolumeBackend<A: Admission> {
     guarded: Mutex<super::sigbus::Registration>,
     /// [`super::sigbus::Registration::faults`] when this volume last looked.
     seen_faults: std::sync::atomic::AtomicUsize,
-    /// The connection is over: the vring worker thread ends at its next wake event.
-    ending: AtomicBool,
+    /// Written once the connection is over: the vring worker thread ends (see
+    /// `exit_event`). Nothing else reads it, and it closes with the backend.
+    pub exit_evt: vmm_sys_util::eventfd::EventFd,
 }
 
 impl<A: Admission> VolumeBackend<A> {
@@ -69,16 +72,15 @@ impl<A: Admission> VolumeBackend<A> {
             )),
             guarded: Mutex::new(super::sigbus::Registration::default()),
             seen_faults: std::sync::atomic::AtomicUsize::new(0),
-            ending: AtomicBool::new(false),
+            exit_evt: vmm_sys_util::eventfd::EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC)?,
             volume,
         })
     }
 
-    /// Ends the connection's vring worker thread (it has no exit event, see
-    /// `exit_event`): call before the daemon is dropped, which joins the thread.
+    /// Ends the connection's vring worker thread (through `exit_evt`, registered as
+    /// `tokens.exit`): call before the daemon is dropped, which joins the thread.
     pub fn end_worker_thread(&self) {
-        self.ending.store(true, Ordering::Release);
-        let _ = self.wake.write(1);
+        let _ = self.exit_evt.write(1);
     }
 
     /// Some guest region faulted (its file shrank under the mapping): say so if it was
@@ -206,7 +208,7 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
 
     /// None: vhost-user-backend 0.24 registers an exit event's consumer as a raw fd and
     /// never closes it, one descriptor lost per connection. The vring worker thread ends
-    /// through the wake event instead ([`VolumeBackend::end_worker_thread`]).
+    /// through the backend's own `exit_evt` instead ([`VolumeBackend::end_worker_thread`]).
     fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
         None
     }
@@ -234,7 +236,7 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
         if evset != EventSet::IN {
             tracing::warn!(volume = %self.volume.name, device_event, ?evset, "unexpected epoll event");
         }
-        if device_event == self.tokens.wake && self.ending.load(Ordering::Acquire) {
+        if device_event == self.tokens.exit {
             // The only error that ends the thread: the connection is over.
             return Err(io::Error::other("connection ended"));
         }

@@ -250,6 +250,8 @@ pub struct StatsView {
     pub interval_s: f64,
     pub device: DeviceStatsView,
     pub volumes: Vec<VolumeStatsView>,
+    /// Volumes the query selected before `offset` and `limit` (all of them without one).
+    pub volumes_total: usize,
 }
 
 /// The body of every error response.

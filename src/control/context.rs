@@ -10,12 +10,14 @@
 
 use super::api::*;
 use super::error::ApiError;
+use super::filter::VolumeFilter;
 use super::state::RuntimeState;
 use crate::backend::volume::Volume;
 use crate::calibration::Calibration;
 use crate::config::{Config, ROOT_GROUP};
 use crate::cost_model::ModelConfig;
 use crate::qos::{CapsConfig, QosConfig, QosDevice, ServiceChange, VolumeQos};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -229,12 +231,8 @@ impl Control {
                 self.qos.set_reserve(name, Some(r)).map_err(in_state_file)?;
             }
             if o.class.is_some() || o.latency_target.is_some() {
-                let class = o.class.unwrap_or_else(|| {
-                    let cfg = self.config.groups.iter().find(|g| &g.name == name);
-                    cfg.map(|g| g.class).unwrap_or_default()
-                });
                 self.qos
-                    .set_group_class(name, class, o.latency_target)
+                    .set_group_class(name, o.class, o.latency_target)
                     .map_err(in_state_file)?;
             }
         }
@@ -399,7 +397,7 @@ impl Control {
     }
 
     pub fn patch_group(&self, name: &str, patch: GroupPatch) -> Result<GroupView, ApiError> {
-        let current_class = self.group(name)?.class.value;
+        let current = self.group(name)?;
         if let Some(w) = patch.weight {
             check_weight(w)?;
         }
@@ -408,6 +406,17 @@ impl Control {
         }
         if let Some(r) = &patch.reserve {
             check_reserve(r)?;
+        }
+        // Refused before anything changes: the other settings of the patch are applied
+        // one by one.
+        if patch.class == Some(crate::qos::Class::Latency)
+            && patch.latency_target.is_none()
+            && current.latency_target.value.is_none()
+        {
+            return Err(ApiError::field(
+                "latency_target",
+                format!("class \"latency\" of {name:?} needs a target, e.g. \"p99 2ms\""),
+            ));
         }
         if patch.weight.is_none()
             && patch.caps.is_none()
@@ -444,9 +453,8 @@ impl Control {
                         .map_err(|e| ApiError::field("weight", e))?;
                 }
                 if patch.class.is_some() || patch.latency_target.is_some() {
-                    let class = patch.class.unwrap_or(current_class);
                     self.qos
-                        .set_group_class(name, class, patch.latency_target)
+                        .set_group_class(name, patch.class, patch.latency_target)
                         .map_err(ApiError::from_qos)?;
                 }
                 Ok(())
@@ -639,27 +647,35 @@ impl Control {
         r.last = Some((now, cur));
     }
 
-    pub fn stats(&self) -> StatsView {
+    /// Statistics of the volumes `filter` selects, and of the device.
+    pub fn stats(&self, filter: &VolumeFilter) -> StatsView {
         let d = self.qos.stats();
         let tree = self.qos.volumes();
+        let qos_stats: HashMap<&str, _> = d.volumes.iter().map(|s| (s.name.as_str(), s)).collect();
+        let infos: HashMap<&str, _> = tree.iter().map(|t| (t.name.as_str(), t)).collect();
         let (rates, interval_s) = {
             let r = lock(&self.rates);
             (r.rates.clone(), r.interval_s)
         };
-        let volumes = self
+        let selected: Vec<VolumeStatsView> = self
             .volumes
             .iter()
             .enumerate()
-            .map(|(i, v)| {
-                let q = d.volumes.iter().find(|s| s.name == v.name);
-                let info = tree.iter().find(|t| t.name == v.name);
+            .filter_map(|(i, v)| {
+                let q = qos_stats.get(v.name.as_str()).copied();
+                let info = infos.get(v.name.as_str()).copied();
+                let group = info
+                    .and_then(|t| t.parent.clone())
+                    .unwrap_or_else(|| ROOT_GROUP.into());
+                let active = q.is_some_and(|q| q.active);
+                if !filter.matches(&v.name, &group, active) {
+                    return None;
+                }
                 let rate = rates.get(i).copied().unwrap_or_default();
                 let c = &v.counters;
-                VolumeStatsView {
+                Some(VolumeStatsView {
                     name: v.name.clone(),
-                    group: info
-                        .and_then(|t| t.parent.clone())
-                        .unwrap_or_else(|| ROOT_GROUP.into()),
+                    group,
                     weight: info.map(|t| t.weight).unwrap_or_default(),
                     connections: c.connections.load(Relaxed),
                     iops: rate[0] + rate[1],
@@ -675,7 +691,7 @@ impl Control {
                     discards: c.discards.load(Relaxed),
                     write_zeroes: c.write_zeroes.load(Relaxed),
                     errors: c.errors.load(Relaxed),
-                    active: q.is_some_and(|q| q.active),
+                    active,
                     usage_pct: q.map_or(0.0, |q| q.usage_pct),
                     hweight_active_pct: q.map_or(0.0, |q| q.hweight_active),
                     hweight_inuse_pct: q.map_or(0.0, |q| q.hweight_inuse),
@@ -690,9 +706,10 @@ impl Control {
                     lat_p99_us_period: q.and_then(|q| q.lat_p99_us_period),
                     lat_p50_us: q.and_then(|q| q.lat_p50_us),
                     lat_p99_us: q.and_then(|q| q.lat_p99_us),
-                }
+                })
             })
             .collect();
+        let (volumes, volumes_total) = filter.page(selected);
         StatsView {
             uptime_s: self.started.elapsed().as_secs_f64(),
             interval_s,
@@ -708,6 +725,7 @@ impl Control {
                 contended_periods_missed: d.contended_periods_missed,
             },
             volumes,
+            volumes_total,
         }
     }
 }

@@ -6,6 +6,7 @@
 use super::api::{GroupPatch, VolumePatch};
 use super::context::Control;
 use super::error::{parse_body, ApiError};
+use super::filter::VolumeFilter;
 use super::metrics;
 use crate::cost_model::ModelConfig;
 use crate::qos::QosConfig;
@@ -139,12 +140,14 @@ async fn patch_volume(
     Ok(Json(c.patch_volume(&name, p)?).into_response())
 }
 
-async fn get_stats(State(c): Ctx) -> Response {
-    Json(c.stats()).into_response()
+async fn get_stats(State(c): Ctx, uri: Uri) -> Result<Response, ApiError> {
+    let filter = VolumeFilter::parse(uri.query())?;
+    Ok(Json(c.stats(&filter)).into_response())
 }
 
-async fn get_metrics(State(c): Ctx) -> Result<Response, ApiError> {
-    let text = metrics::render(&c).map_err(|e| ApiError::internal(e.to_string()))?;
+async fn get_metrics(State(c): Ctx, uri: Uri) -> Result<Response, ApiError> {
+    let filter = VolumeFilter::parse(uri.query())?;
+    let text = metrics::render(&c, &filter).map_err(|e| ApiError::internal(e.to_string()))?;
     Ok((
         StatusCode::OK,
         [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],

@@ -2,8 +2,9 @@
 //! format, encoded with `prometheus-client`.
 //!
 //! Nothing is registered ahead of time: a [`Collector`] reads the live counters at each
-//! scrape (the data path keeps its own atomics; a scrape adds no work to it). Per-volume
-//! series carry the labels `volume` and `group`:
+//! scrape (the data path keeps its own atomics; a scrape adds no work to it). The query
+//! string selects volumes as for `/v1/stats` ([`super::filter`]). Per-volume series
+//! carry the labels `volume` and `group`:
 //!
 //! | metric | type | meaning |
 //! |---|---|---|
@@ -26,6 +27,7 @@
 //! | `vhost_iocost_device_contended_periods_total`, `..._contended_periods_missed_total` | counter | periods where QoS arbitrated, and those that missed a latency target |
 
 use super::context::Control;
+use super::filter::VolumeFilter;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -49,7 +51,7 @@ pub const LATENCY_BOUNDS_US: [u64; 19] = {
     b
 };
 
-struct ControlCollector(Arc<Control>);
+struct ControlCollector(Arc<Control>, VolumeFilter);
 
 impl std::fmt::Debug for ControlCollector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -78,7 +80,7 @@ fn family<M: EncodeMetric>(
 impl Collector for ControlCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let ctl = &self.0;
-        let stats = ctl.stats();
+        let stats = ctl.stats(&self.1);
         let labels = |name: &str, group: &str| -> Labels {
             vec![("volume", name.to_owned()), ("group", group.to_owned())]
         };
@@ -228,7 +230,12 @@ impl Collector for ControlCollector {
             None,
             MetricType::Histogram,
         )?;
-        for (v, s) in ctl.volumes.iter().zip(&stats.volumes) {
+        let handles: std::collections::HashMap<&str, _> =
+            ctl.volumes.iter().map(|v| (v.name.as_str(), v)).collect();
+        for s in &stats.volumes {
+            let Some(v) = handles.get(s.name.as_str()) else {
+                continue;
+            };
             let h = v.admission.latency_histogram(&LATENCY_BOUNDS_US);
             // The encoder sums per-bucket counts itself: hand it differences.
             let mut below = 0;
@@ -310,9 +317,9 @@ impl Collector for ControlCollector {
 }
 
 /// Encode every metric as text.
-pub fn render(ctl: &Arc<Control>) -> Result<String, std::fmt::Error> {
+pub fn render(ctl: &Arc<Control>, filter: &VolumeFilter) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(ControlCollector(Arc::clone(ctl))));
+    registry.register_collector(Box::new(ControlCollector(Arc::clone(ctl), filter.clone())));
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, &registry)?;
     Ok(out)

@@ -19,6 +19,7 @@ pub mod client;
 pub(crate) mod context;
 pub mod ctl;
 pub mod error;
+pub mod filter;
 pub(crate) mod handlers;
 pub(crate) mod metrics;
 pub mod server;

@@ -26,6 +26,15 @@ pub(crate) fn deactivate_idle(dev: &DeviceShared, st: &mut DeviceState, ctx: &Pe
         }
         let (id, v) = (*id, Arc::clone(v));
         st.tree.propagate(id, 0, 0, None);
+        if v.in_latency_group.load(Relaxed) {
+            // Its last completions would reach its group's window only when it is
+            // active again, long after: drop them.
+            v.hist
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .group
+                .reset(ctx.now.now_ns);
+        }
         v.on_active.store(false, Release);
         v.usage_ppm.store(0, Relaxed);
         st.active.swap_remove(i);

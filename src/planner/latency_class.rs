@@ -16,11 +16,11 @@
 //!   for the target, and the window counts as missed for vrate (busy_level rises), which
 //!   lowers everyone's load: PINE's concurrency knob, applied to the whole device.
 //! * **Met with margin** (at most 75 % of the target) three windows in a row: the boost
-//!   falls by a fifth, and again every judged window while that lasts, down to none. PINE never gives its boost back; IOCost's margin keeps
-//!   this from oscillating.
-//! * vrate may not rise until every active latency-class volume has met its target with
-//!   margin three windows in a row (one good window right after vrate fell is the fall's
-//!   effect, not room to rise).
+//!   falls by a fifth, and again every judged window while that lasts, down to none.
+//!   PINE never gives its boost back; IOCost's margin keeps this from oscillating.
+//! * vrate may not rise until every active latency-class volume and group has met its
+//!   target with margin three windows in a row (one good window right after vrate fell
+//!   is the fall's effect, not room to rise).
 //! * **A ceiling on vrate** ([`Ceiling`]): a miss on the device sets it a step below the
 //!   highest vrate of the window that missed, and every window met with margin raises it
 //!   a little. Without it vrate climbed straight back to where the target was missed,
@@ -102,6 +102,9 @@ pub(crate) struct Ceiling {
     next_hold: u32,
     /// The next rise, per mille.
     step: u64,
+    /// The configuration the limit was found under (its address): a new model or new
+    /// bounds change what a vrate means.
+    cfg: usize,
 }
 
 /// How far back a missed window's highest vrate is looked for: the longest window and a
@@ -109,17 +112,21 @@ pub(crate) struct Ceiling {
 pub const PEAK_SPAN_NS: u64 = WINDOW_MAX_NS + WINDOW_MAX_NS / 5;
 
 impl Ceiling {
-    /// After [`steer`] in each period, with the base vrate of the period that ended.
-    pub fn update(&mut self, verdict: Verdict, vrate: u64, now_ns: u64) {
-        if !verdict.active {
+    /// After [`steer`] in each period, with the base vrate of the period that ended and
+    /// the identity of the configuration in force.
+    pub fn update(&mut self, verdict: Verdict, vrate: u64, now_ns: u64, cfg: usize) {
+        if !verdict.active || cfg != self.cfg {
             // Keep the buffer's allocation.
             let mut recent = std::mem::take(&mut self.recent);
             recent.clear();
             *self = Ceiling {
                 recent,
+                cfg,
                 ..Ceiling::default()
             };
-            return;
+            if !verdict.active {
+                return;
+            }
         }
         while self
             .recent
@@ -324,7 +331,7 @@ mod tests {
         let mut now_ns = 0;
         let mut update = |c: &mut Ceiling, v: Verdict, vrate: u64| {
             now_ns += WINDOW_MAX_NS / 2;
-            c.update(v, vrate, now_ns);
+            c.update(v, vrate, now_ns, 0);
         };
         update(&mut c, MET, 1000);
         assert_eq!(c.limit(), None, "no ceiling before a miss");
@@ -362,6 +369,11 @@ mod tests {
         assert_eq!(c.limit(), Some(1014));
         // No latency-class volume active: no ceiling.
         update(&mut c, Verdict::default(), 1000);
+        assert_eq!(c.limit(), None);
+        // Nor after a change of the model or the bounds.
+        c.update(MISS, 1000, 100 * WINDOW_MAX_NS, 0);
+        assert_eq!(c.limit(), Some(970));
+        c.update(MET, 1000, 101 * WINDOW_MAX_NS, 1);
         assert_eq!(c.limit(), None);
     }
 }

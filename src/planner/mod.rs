@@ -150,8 +150,9 @@ fn plan(dev: &DeviceShared, ps: &mut PlannerState) -> u64 {
     let verdict = latency_class::steer(dev, st, books, &mut scratch.latency_groups, now.now_ns);
     ps.latency_class.device_miss |= verdict.device_miss;
     ps.latency_class.unmet = verdict.unmet;
+    let cfg_id = std::ptr::from_ref(dev.cfg()) as usize;
     ps.vrate_ceiling
-        .update(verdict, st.vtime_base_rate, now.now_ns);
+        .update(verdict, st.vtime_base_rate, now.now_ns, cfg_id);
     let (demand, _usage_us_sum) = classify::classify(dev, st, ps, &ctx);
     let nr_donors = ps.scratch.surpluses.len() as u32;
     if nr_donors > 0 && demand.nr_shortages > 0 {

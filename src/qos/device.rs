@@ -523,7 +523,7 @@ impl QosDevice {
     pub fn set_group_policy(&self, name: &str, p: &GroupPolicy) -> Result<(), QosError> {
         self.set_caps(name, p.caps.as_ref())?;
         self.set_reserve(name, p.reserve.as_ref())?;
-        self.set_group_class(name, p.class, p.latency_target)
+        self.set_group_class(name, Some(p.class), p.latency_target)
     }
 
     /// The caps of a volume or group (None: uncapped).
@@ -605,11 +605,11 @@ impl QosDevice {
     /// its foreground siblings, whatever its members' classes; its active volumes leave
     /// the weight tree and re-enter at once. `Latency` judges its volumes' latency
     /// together against `latency_target` (None: keep the group's) and boosts the group's
-    /// weight.
+    /// weight. `class` None keeps the group's class.
     pub fn set_group_class(
         &self,
         name: &str,
-        class: Class,
+        class: Option<Class>,
         latency_target: Option<LatencyTarget>,
     ) -> Result<(), QosError> {
         let mut st = self.shared.lock();
@@ -617,6 +617,7 @@ impl QosDevice {
         if st.tree.nodes[id].volume.is_some() {
             return Err(QosError::NotAGroup(name.to_owned()));
         }
+        let class = class.unwrap_or(st.tree.nodes[id].class());
         let target = latency_target.or(st.tree.nodes[id].latency_target);
         if class == Class::Latency && target.is_none() {
             return Err(QosError::InvalidConfig(format!(
@@ -670,14 +671,16 @@ impl QosDevice {
     }
 
     /// Does volume `id` feed a latency-class group's window (it is under one)? Set its
-    /// flag, starting its group window afresh when it starts (device lock held).
+    /// flag and start its group window afresh: what it holds was seen under other groups
+    /// (device lock held).
     fn refresh_latency_group(st: &DeviceState, id: NodeId, now_ns: u64) {
         let node = &st.tree.nodes[id];
         let Some(core) = &node.volume else { return };
         let under = node.ancestors[..node.level]
             .iter()
             .any(|&g| st.tree.nodes[g].latency);
-        if core.in_latency_group.swap(under, Relaxed) != under && under {
+        core.in_latency_group.store(under, Relaxed);
+        if under {
             core.hist
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())

@@ -413,14 +413,19 @@ fn a_background_group_yields_with_its_normal_members() {
     go(b.admit(&io_us(1)));
     let pct = |v: &VolumeQos| v.stats().hweight_active;
     assert!((pct(&b) - 50.0).abs() < 0.1, "{}", pct(&b));
-    dev.set_group_class("B", Class::Background, None).unwrap();
+    dev.set_group_class("B", Some(Class::Background), None)
+        .unwrap();
     assert!(pct(&a) > 99.8 && pct(&b) < 0.2, "{} {}", pct(&a), pct(&b));
     assert_eq!(dev.groups()[1].class, Class::Background);
-    dev.set_group_class("B", Class::Normal, None).unwrap();
+    dev.set_group_class("B", Some(Class::Normal), None).unwrap();
     assert!((pct(&b) - 50.0).abs() < 0.1, "{}", pct(&b));
-    let err = dev.set_group_class("B", Class::Latency, None).unwrap_err();
+    let err = dev
+        .set_group_class("B", Some(Class::Latency), None)
+        .unwrap_err();
     assert!(err.to_string().starts_with("latency_target"), "{err}");
-    assert!(dev.set_group_class("a", Class::Background, None).is_err());
+    assert!(dev
+        .set_group_class("a", Some(Class::Background), None)
+        .is_err());
 }
 
 /// A latency-class group's volumes feed its window, and only while it is one: a volume
@@ -438,7 +443,7 @@ fn a_latency_groups_volumes_feed_its_window() {
     };
     assert!(!feeds(&a));
     let target = LatencyTarget::parse("p99 2ms").unwrap();
-    dev.set_group_class("L", Class::Latency, Some(target))
+    dev.set_group_class("L", Some(Class::Latency), Some(target))
         .unwrap();
     assert!(feeds(&a) && !feeds(&b));
     assert_eq!(dev.groups()[0].class, Class::Latency);
@@ -449,8 +454,9 @@ fn a_latency_groups_volumes_feed_its_window() {
     dev.set_parent("a", None).unwrap();
     assert!(feeds(&b) && !feeds(&a));
     // The target stays when only the class changes.
-    dev.set_group_class("L", Class::Normal, None).unwrap();
+    dev.set_group_class("L", Some(Class::Normal), None).unwrap();
     assert!(!feeds(&b) && !feeds(&c));
-    dev.set_group_class("L", Class::Latency, None).unwrap();
+    dev.set_group_class("L", Some(Class::Latency), None)
+        .unwrap();
     assert!(feeds(&b) && feeds(&c));
 }

@@ -718,3 +718,83 @@ fn connections_beyond_the_cap_are_closed_at_once() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// `GET /v1/stats` and `GET /metrics` select volumes by query (what a host with
+/// thousands of volumes needs): by group, by name, by activity, and a page of them;
+/// `volumes_total` counts the selection before the page, and a bad key is a 400 that
+/// names it.
+#[test]
+fn stats_and_metrics_select_volumes_by_query() {
+    let d = DaemonProcess::start(&two_volume_config(""));
+    let names = |path: &str| -> (Vec<String>, u64) {
+        let st = ok(&d, "GET", path, None);
+        let names = st["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["name"].as_str().unwrap().to_owned())
+            .collect();
+        (names, st["volumes_total"].as_u64().unwrap())
+    };
+    assert_eq!(names("/v1/stats"), (vec!["a".into(), "b".into()], 2));
+    assert_eq!(names("/v1/stats?group=tenant-a"), (vec!["a".into()], 1));
+    assert_eq!(names("/v1/stats?group=root"), (vec!["b".into()], 1));
+    assert_eq!(names("/v1/stats?volume=b"), (vec!["b".into()], 1));
+    assert_eq!(
+        names("/v1/stats?active=true"),
+        (vec![], 0),
+        "nothing issued I/O"
+    );
+    assert_eq!(names("/v1/stats?offset=1&limit=1"), (vec!["b".into()], 2));
+    assert_eq!(names("/v1/stats?limit=0"), (vec![], 2));
+    for (query, key) in [("limit=x", "limit"), ("name=a", "name")] {
+        let r = call(&d, "GET", &format!("/v1/stats?{query}"), None);
+        assert_eq!(r.status, 400, "{query}: {}", r.body);
+        assert_eq!(r.json().unwrap()["field"], key, "{query}");
+    }
+    let m = call(&d, "GET", "/metrics?volume=b", None);
+    assert_eq!(m.status, 200);
+    assert!(
+        m.body.contains("volume=\"b\"") && !m.body.contains("volume=\"a\""),
+        "{}",
+        m.body
+    );
+    assert!(m.body.contains("vhost_iocost_device_vrate_percent"));
+    assert_eq!(call(&d, "GET", "/metrics?limit=x", None).status, 400);
+}
+
+/// A group PATCH that is refused changes nothing: class "latency" without a target is
+/// refused before the weight in the same body is applied. Once a group has a target it
+/// keeps it across class changes.
+#[test]
+fn a_refused_group_patch_changes_nothing() {
+    let d = DaemonProcess::start(&two_volume_config(""));
+    bad(
+        &d,
+        "PATCH",
+        "/v1/groups/tenant-b",
+        json!({"weight": 5, "class": "latency"}),
+        "latency_target",
+    );
+    let g = ok(&d, "GET", "/v1/groups/tenant-b", None);
+    assert_eq!(g["weight"]["source"], "config", "{g}");
+    assert_eq!(g["class"]["value"], "normal");
+    let body = json!({"class": "latency", "latency_target": "p99 5ms"});
+    let g = ok(&d, "PATCH", "/v1/groups/tenant-b", Some(body));
+    assert_eq!(g["class"]["value"], "latency");
+    assert_eq!(g["latency_target"]["value"], "p99 5ms");
+    assert_eq!(g["boost"], 1.0);
+    ok(
+        &d,
+        "PATCH",
+        "/v1/groups/tenant-b",
+        Some(json!({"class": "normal"})),
+    );
+    let g = ok(
+        &d,
+        "PATCH",
+        "/v1/groups/tenant-b",
+        Some(json!({"class": "latency"})),
+    );
+    assert_eq!(g["latency_target"]["value"], "p99 5ms");
+}

@@ -37,7 +37,7 @@ fn threads_settle_at(d: &DaemonProcess, want: usize) -> usize {
         if n == want || Instant::now() > deadline {
             return n;
         }
-        std::thread::yield_now();
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 

@@ -295,12 +295,12 @@ impl<A: Admission> Drop for Worker<A> {
                 // requests as done, or the volume (and a background one's in-flight
                 // limit) and the slots would stay taken for good.
                 tracing::error!(volume = %self.volume.name, in_flight = self.in_flight_count, "cannot wait for in-flight I/O ({e}); leaking its buffers");
-                let now = admission.now_ns();
                 for record in self.inflight.iter_mut().flatten() {
                     self.volume.shared.slots.release();
                     if let Some(ticket) = record.ticket.take() {
+                        // Not seen to complete: no device latency to report.
                         let timing = Timing {
-                            completed_ns: now,
+                            completed_ns: record.timing.admitted_ns,
                             ..record.timing
                         };
                         self.settled.push((ticket, timing));
