@@ -4,7 +4,8 @@
 #   - start-up: from starting the process to its "running" log line;
 #   - threads and descriptors while every volume is idle, and per idle volume beyond a
 #     one-volume daemon's;
-#   - GET /v1/stats and GET /metrics: answer time (best of 3) and size;
+#   - GET /v1/stats and GET /metrics: answer time (best of 3) and size, whole and a page
+#     of 100 volumes;
 #   - CONNECTED volumes at QD4 4 KiB random reads for 10 s (the `bench` load generator):
 #     the slowest volume's IOPS against the mean, and the daemon's threads meanwhile;
 #   - SIGTERM: from the signal to the process's exit.
@@ -53,6 +54,8 @@ get() {
 }
 read -r stats_ms stats_bytes < <(get /v1/stats)
 read -r metrics_ms metrics_bytes < <(get /metrics)
+read -r page_ms page_bytes < <(get "/v1/stats?offset=1000&limit=100")
+read -r mpage_ms mpage_bytes < <(get "/metrics?offset=1000&limit=100")
 
 job="$work/scale-job.toml"
 printf '[defaults]\nrw = "randread"\nbs = "4k"\niodepth = 4\nruntime = "10s"\nramp = "2s"\n' > "$job"
@@ -87,6 +90,8 @@ awk -v f="$idle_fds" -v b="$base_fds" -v n="$volumes" \
     'BEGIN { printf "| descriptors, all idle | %d (one volume: %d): %.2f per idle volume | ≤ 3 per volume |\n", f, b, (f - b) / (n - 1) }'
 echo "| GET /v1/stats | $stats_ms ms, $stats_bytes bytes | ≤ 100 ms |"
 echo "| GET /metrics | $metrics_ms ms, $metrics_bytes bytes | ≤ 100 ms |"
+echo "| GET /v1/stats?offset=1000&limit=100 | $page_ms ms, $page_bytes bytes | |"
+echo "| GET /metrics?offset=1000&limit=100 | $mpage_ms ms, $mpage_bytes bytes | |"
 awk -v m="$min_iops" -v a="$mean_iops" -v t="$busy_threads" -v c="$connected" -v v="$busy_vrate" \
     'BEGIN { printf "| %d connected at QD4 | slowest %.0f IOPS, mean %.0f: %.2f of the mean; %d threads; vrate %d %% | ≥ 0.5 |\n", c, m, a, m / a, t, v }'
 awk -v s="$t2" -v e="$t3" 'BEGIN { printf "| SIGTERM to exit | %.2f s | ≤ 2 s |\n", e - s }'
