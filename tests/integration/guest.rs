@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 static GUEST_LOCK: Mutex<()> = Mutex::new(());
 
 /// Hard limit for one guest run (run-guest.sh kills QEMU then); a healthy run takes 10–20 s.
-const GUEST_TIMEOUT: Duration = Duration::from_secs(90);
+pub(crate) const GUEST_TIMEOUT: Duration = Duration::from_secs(90);
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -36,19 +36,19 @@ fn cache_dir() -> PathBuf {
 }
 
 /// target/tmp/guest-logs: console and daemon logs, kept after the test.
-fn log_dir() -> PathBuf {
+pub(crate) fn log_dir() -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("guest-logs");
     std::fs::create_dir_all(&d).unwrap();
     d
 }
 
-struct Image {
-    kernel: String,
-    initrd: String,
+pub(crate) struct Image {
+    pub kernel: String,
+    pub initrd: String,
 }
 
 /// Runs prepare.sh once per test process. `None`: skipped on purpose (printed).
-fn image() -> Option<&'static Image> {
+pub(crate) fn image() -> Option<&'static Image> {
     static IMAGE: OnceLock<Result<Image, String>> = OnceLock::new();
     if std::env::var("VHOST_IOCOST_GUEST_TESTS").is_ok_and(|v| v == "0") {
         eprintln!("SKIPPED: real-guest test, because VHOST_IOCOST_GUEST_TESTS=0");
@@ -97,29 +97,29 @@ fn image() -> Option<&'static Image> {
 }
 
 /// Serializes guest tests; a failed (panicked) earlier test does not poison the rest.
-fn lock() -> MutexGuard<'static, ()> {
+pub(crate) fn lock() -> MutexGuard<'static, ()> {
     GUEST_LOCK.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Per-test context: on panic, saves the daemon logs next to the console logs and says where.
-struct Ctx {
+pub(crate) struct Ctx {
     name: &'static str,
     daemon_logs: Vec<Arc<Mutex<Vec<String>>>>,
 }
 
 impl Ctx {
-    fn new(name: &'static str) -> Self {
+    pub(crate) fn new(name: &'static str) -> Self {
         Ctx {
             name,
             daemon_logs: Vec::new(),
         }
     }
 
-    fn watch(&mut self, d: &DaemonProcess) {
+    pub(crate) fn watch(&mut self, d: &DaemonProcess) {
         self.daemon_logs.push(d.log.clone());
     }
 
-    fn console_path(&self, guest: &str) -> PathBuf {
+    pub(crate) fn console_path(&self, guest: &str) -> PathBuf {
         log_dir().join(format!("{}-{guest}.console.log", self.name))
     }
 }
@@ -175,10 +175,10 @@ struct Guest {
 }
 
 /// What a guest printed: the parsed fio JSON and the console, for assertions.
-struct GuestRun {
-    status: ExitStatus,
-    console: String,
-    log: PathBuf,
+pub(crate) struct GuestRun {
+    pub status: ExitStatus,
+    pub console: String,
+    pub log: PathBuf,
 }
 
 impl Guest {
@@ -319,7 +319,7 @@ fn stop_child(child: &mut Child) {
     let _ = child.wait();
 }
 
-fn console_text(path: &Path) -> String {
+pub(crate) fn console_text(path: &Path) -> String {
     let bytes = std::fs::read(path).unwrap_or_default();
     String::from_utf8_lossy(&bytes).replace('\r', "")
 }
@@ -339,7 +339,7 @@ impl GuestRun {
     }
 
     /// The value of `key=` on the first console line starting with `HARNESS: {prefix}`.
-    fn harness_field(&self, prefix: &str, key: &str) -> Option<String> {
+    pub(crate) fn harness_field(&self, prefix: &str, key: &str) -> Option<String> {
         let line = self
             .console
             .lines()
@@ -393,7 +393,7 @@ impl GuestRun {
     }
 
     /// Checks the guest ran fio to the end without any error and returns fio's JSON.
-    fn fio_ok(&self) -> Value {
+    pub(crate) fn fio_ok(&self) -> Value {
         let (json, rc) = self.fio_json();
         // fio prints verify mismatches and I/O errors on stderr, which is the console.
         if let Some(l) = self.bad_data() {
@@ -434,7 +434,7 @@ impl GuestRun {
 }
 
 /// Sum of `dir.key` (e.g. `write.total_ios`) over the jobs of a fio result.
-fn sum(json: &Value, dir: &str, key: &str) -> f64 {
+pub(crate) fn sum(json: &Value, dir: &str, key: &str) -> f64 {
     json["jobs"]
         .as_array()
         .unwrap()
@@ -472,7 +472,7 @@ fn guest_config(device_extra: &str, volumes: &[(&str, u64, &str)]) -> String {
 const DISK: &[&str] = &["filename=/dev/vda", "ioengine=libaio", "direct=1"];
 
 /// fio options for jobs run one after the other (`stonewall`), each on the guest's disk.
-fn fio(jobs: &[&[&str]]) -> Vec<String> {
+pub(crate) fn fio(jobs: &[&[&str]]) -> Vec<String> {
     let mut v = Vec::new();
     for (i, j) in jobs.iter().enumerate() {
         v.push(j[0].to_string());

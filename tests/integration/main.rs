@@ -14,6 +14,7 @@ mod emulated;
 mod faults;
 mod guest;
 mod hostile;
+mod libvirt;
 mod malformed;
 mod operations;
 mod profile;
