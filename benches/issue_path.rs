@@ -6,8 +6,9 @@
 //! * `admit_complete_batch32`: the same as the data path calls it, per batch of 32: one
 //!   clock read, 32 `admit_at`, one `complete_batch` of 32. Criterion reports the time
 //!   per batch; divide by 32 for the cost per request.
-//! * `plan_10k_volumes`: one `Planner::plan` with 10 000 active volumes, each with a
-//!   request in flight, on a manual clock advanced by one period before each run.
+//! * `plan_2k_volumes`, `plan_10k_volumes`: one `Planner::plan` with 2 000 or 10 000
+//!   active volumes (in 100 groups), each with a request in flight, on a manual clock
+//!   advanced by one period before each run.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -91,7 +92,16 @@ fn admit_complete(c: &mut Criterion) {
     });
 }
 
+fn plan_2k(c: &mut Criterion) {
+    plan_active(c, 2_000, "plan_2k_volumes");
+}
+
 fn plan_10k(c: &mut Criterion) {
+    plan_active(c, 10_000, "plan_10k_volumes");
+}
+
+/// One planner run with `n` active volumes, reported as `name`.
+fn plan_active(c: &mut Criterion, n: usize, name: &str) {
     let clock = Arc::new(ManualClock::default());
     let dev = QosDevice::new(
         ModelConfig::default().build_boxed().unwrap(),
@@ -101,7 +111,7 @@ fn plan_10k(c: &mut Criterion) {
     for g in 0..100 {
         dev.add_group(&format!("g{g}"), None, 100).unwrap();
     }
-    let vols: Vec<_> = (0..10_000)
+    let vols: Vec<_> = (0..n)
         .map(|i| {
             dev.add_volume(
                 &format!("v{i}"),
@@ -119,7 +129,7 @@ fn plan_10k(c: &mut Criterion) {
     };
     let mut inflight: Vec<Option<Charge>> = vec![None; vols.len()];
     let planner = Planner::new(&dev);
-    c.bench_function("plan_10k_volumes", |b| {
+    c.bench_function(name, |b| {
         b.iter_batched(
             || {
                 // Keep every volume active: complete the previous request, issue a new one.
@@ -137,12 +147,12 @@ fn plan_10k(c: &mut Criterion) {
             BatchSize::PerIteration,
         )
     });
-    assert_eq!(dev.last_period().nr_active, 10_000);
+    assert_eq!(dev.last_period().nr_active as usize, n);
 }
 
 criterion_group! {
     name = benches;
     config = Criterion::default().measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
-    targets = admit_complete, admit_complete_batch32, plan_10k
+    targets = admit_complete, admit_complete_batch32, plan_2k, plan_10k
 }
 criterion_main!(benches);
