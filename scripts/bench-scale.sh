@@ -14,6 +14,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
+# Stop the load generator too on any exit (lib.sh's cleanup would wait for it).
+trap 'kill $(jobs -p) 2>/dev/null || true; cleanup' EXIT
 
 volumes=${VOLUMES:-2000}
 connected=${CONNECTED:-200}
@@ -54,8 +56,9 @@ get() {
 }
 read -r stats_ms stats_bytes < <(get /v1/stats)
 read -r metrics_ms metrics_bytes < <(get /metrics)
-read -r page_ms page_bytes < <(get "/v1/stats?offset=1000&limit=100")
-read -r mpage_ms mpage_bytes < <(get "/metrics?offset=1000&limit=100")
+page="offset=$((volumes / 2))&limit=100"
+read -r page_ms page_bytes < <(get "/v1/stats?$page")
+read -r mpage_ms mpage_bytes < <(get "/metrics?$page")
 
 job="$work/scale-job.toml"
 printf '[defaults]\nrw = "randread"\nbs = "4k"\niodepth = 4\nruntime = "10s"\nramp = "2s"\n' > "$job"
@@ -83,7 +86,8 @@ bench_pid=$!
 sleep 4
 t2=$(now)
 kill -TERM "$daemon_pid"
-wait "$daemon_pid" || true
+term_status=0
+wait "$daemon_pid" || term_status=$?
 t3=$(now)
 daemon_pid=
 # The load generator waits for ever for the requests the daemon answered no more.
@@ -99,8 +103,9 @@ awk -v f="$idle_fds" -v b="$base_fds" -v n="$volumes" \
     'BEGIN { printf "| descriptors, all idle | %d (one volume: %d): %.2f per idle volume | ≤ 3 per volume |\n", f, b, (f - b) / (n - 1) }'
 echo "| GET /v1/stats | $stats_ms ms, $stats_bytes bytes | ≤ 100 ms |"
 echo "| GET /metrics | $metrics_ms ms, $metrics_bytes bytes | ≤ 100 ms |"
-echo "| GET /v1/stats?offset=1000&limit=100 | $page_ms ms, $page_bytes bytes | |"
-echo "| GET /metrics?offset=1000&limit=100 | $mpage_ms ms, $mpage_bytes bytes | |"
+echo "| GET /v1/stats?$page | $page_ms ms, $page_bytes bytes | |"
+echo "| GET /metrics?$page | $mpage_ms ms, $mpage_bytes bytes | |"
 awk -v m="$min_iops" -v a="$mean_iops" -v t="$busy_threads" -v c="$connected" -v v="$busy_vrate" \
     'BEGIN { printf "| %d connected at QD4 | slowest %.0f IOPS, mean %.0f: %.2f of the mean; %d threads; vrate %d %% | ≥ 0.5 |\n", c, m, a, m / a, t, v }'
-awk -v s="$t2" -v e="$t3" -v c="$connected" 'BEGIN { printf "| SIGTERM to exit, %d volumes busy | %.2f s | ≤ 2 s |\n", c, e - s }'
+awk -v s="$t2" -v e="$t3" -v c="$connected" -v st="$term_status" \
+    'BEGIN { printf "| SIGTERM to exit, %d volumes busy | %.2f s, exit status %d | ≤ 2 s, 0 |\n", c, e - s, st }'

@@ -33,6 +33,9 @@ pub struct VolumeServer<A: Admission> {
     listener: Mutex<Listener>,
     acceptor: Arc<Acceptor>,
     token: OnceLock<Token>,
+    /// A connection's thread could not be ended and was left behind: take no more
+    /// frontends, or every retry would leave another.
+    gave_up: AtomicBool,
 }
 
 impl<A: Admission> VolumeServer<A> {
@@ -70,10 +73,15 @@ impl<A: Admission> VolumeServer<A> {
             listener: Mutex::new(listener),
             acceptor: Arc::clone(acceptor),
             token: OnceLock::new(),
+            gave_up: AtomicBool::new(false),
         });
         let token = acceptor.add(fd, server.clone())?;
         let _ = server.token.set(token);
-        acceptor.arm(token, fd)?;
+        if let Err(e) = acceptor.arm(token, fd) {
+            acceptor.remove(token, fd);
+            crate::socket_path::remove_if_ours(&server.volume.socket, server.bound);
+            return Err(e);
+        }
         tracing::debug!(volume = %server.volume.name, socket = %server.volume.socket.display(), "listening");
         Ok(server)
     }
@@ -97,6 +105,10 @@ impl<A: Admission> VolumeServer<A> {
     /// Watch the socket for the next frontend (not once stopping).
     fn arm(&self) {
         if self.stopping.load(Ordering::Acquire) {
+            return;
+        }
+        if self.gave_up.load(Ordering::Acquire) {
+            tracing::error!(volume = %self.volume.name, "takes no more frontends until the daemon restarts (see the error above)");
             return;
         }
         let fd = self.lock_listener().as_raw_fd();
@@ -143,6 +155,7 @@ impl<A: Admission> VolumeServer<A> {
         ) {
             tracing::error!(volume = %name, "cannot register the connection's exit event ({e}): its thread is left behind");
             std::mem::forget(daemon);
+            self.gave_up.store(true, Ordering::Release);
             return Err(e);
         }
         // Dropped before the daemon on an early return (declared after it).

@@ -251,6 +251,7 @@ pub struct StatsView {
     pub device: DeviceStatsView,
     pub volumes: Vec<VolumeStatsView>,
     /// Volumes the query selected before `offset` and `limit` (all of them without one).
+    #[serde(default)]
     pub volumes_total: usize,
 }
 

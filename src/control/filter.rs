@@ -27,8 +27,20 @@ impl VolumeFilter {
     /// naming the key.
     pub fn parse(query: Option<&str>) -> Result<Self, ApiError> {
         let mut f = VolumeFilter::default();
+        let mut seen: Vec<&str> = Vec::new();
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            if seen.contains(&key) {
+                return Err(ApiError::field(key, "given twice"));
+            }
+            seen.push(key);
+            if value.contains('%') || value.contains('+') {
+                // Names and numbers never need encoding: refuse rather than match nothing.
+                return Err(ApiError::field(
+                    key,
+                    format!("{value:?}: names are plain (A-Z a-z 0-9 . _ -)"),
+                ));
+            }
             let number = |what: &str| {
                 value.parse::<usize>().map_err(|_| {
                     ApiError::field(key, format!("{what}: expected a number, got {value:?}"))
@@ -102,6 +114,8 @@ mod tests {
             ("offset=-1", "offset"),
             ("active=yes", "active"),
             ("groups=a", "groups"),
+            ("volume=a&volume=b", "volume"),
+            ("volume=v%2D1", "volume"),
         ] {
             let e = VolumeFilter::parse(Some(query)).unwrap_err();
             assert_eq!(e.field.as_deref(), Some(key), "{query}");

@@ -22,13 +22,23 @@ use crate::guest::{console_text, fio, image, lock, Ctx, GuestRun, GUEST_TIMEOUT}
 
 const URI: &str = "qemu:///system";
 
+/// `virsh` on the system URI, given at most 2 minutes (a wedged libvirtd fails the test
+/// instead of hanging the suite).
 fn virsh(args: &[&str]) -> Output {
-    Command::new("virsh")
-        .arg("-c")
-        .arg(URI)
+    Command::new("timeout")
+        .args(["120", "virsh", "-c", URI])
         .args(args)
         .output()
         .unwrap_or_else(|e| panic!("virsh {args:?}: {e} (apt-get install libvirt-clients)"))
+}
+
+/// Destroys the domain when dropped, so a failing test leaves no VM running.
+struct Domain(String);
+
+impl Drop for Domain {
+    fn drop(&mut self) {
+        let _ = virsh(&["destroy", &self.0]);
+    }
 }
 
 /// libvirtd answers, started here if need be.
@@ -36,13 +46,14 @@ fn libvirt_ready() {
     if virsh(&["version"]).status.success() {
         return;
     }
-    for daemon in ["virtlogd", "libvirtd"] {
-        let started = Command::new(daemon).arg("-d").status();
-        assert!(
-            started.as_ref().is_ok_and(|s| s.success()),
-            "cannot start {daemon} (apt-get install libvirt-daemon-system): {started:?}"
-        );
-    }
+    // virtlogd may run already (it then refuses to start again): libvirtd answering is
+    // what counts.
+    let _ = Command::new("virtlogd").arg("-d").status();
+    let started = Command::new("libvirtd").arg("-d").status();
+    assert!(
+        started.as_ref().is_ok_and(|s| s.success()),
+        "cannot start libvirtd (apt-get install libvirt-daemon-system): {started:?}"
+    );
     let deadline = Instant::now() + Duration::from_secs(20);
     while !virsh(&["version"]).status.success() {
         assert!(
@@ -158,16 +169,25 @@ fn guest_started_by_libvirt() {
         "virsh create: {}",
         String::from_utf8_lossy(&created.stderr)
     );
+    let _domain = Domain(name.clone());
     // A transient domain is gone once the guest powers off.
     let deadline = Instant::now() + GUEST_TIMEOUT;
-    while virsh(&["domstate", &name]).status.success() {
-        if Instant::now() > deadline {
-            let _ = virsh(&["destroy", &name]);
-            panic!(
-                "the domain did not power off within {GUEST_TIMEOUT:?}; console:\n{}",
-                console_text(&console)
+    loop {
+        let state = virsh(&["domstate", &name]);
+        let stderr = String::from_utf8_lossy(&state.stderr);
+        if !state.status.success() {
+            // By name ("failed to get domain"), or by the id it had a moment before.
+            assert!(
+                stderr.contains("failed to get domain") || stderr.contains("Domain not found"),
+                "virsh domstate: {stderr}"
             );
+            break;
         }
+        assert!(
+            Instant::now() < deadline,
+            "the domain did not power off within {GUEST_TIMEOUT:?}; console:\n{}",
+            console_text(&console)
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     let kept = ctx.console_path("vm");

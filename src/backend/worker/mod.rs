@@ -298,7 +298,7 @@ impl<A: Admission> Drop for Worker<A> {
                 for record in self.inflight.iter_mut().flatten() {
                     self.volume.shared.slots.release();
                     if let Some(ticket) = record.ticket.take() {
-                        // Not seen to complete: no device latency to report.
+                        // Not seen to complete: reported as taking no device time.
                         let timing = Timing {
                             completed_ns: record.timing.admitted_ns,
                             ..record.timing
