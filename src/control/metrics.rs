@@ -260,11 +260,12 @@ impl Collector for ControlCollector {
         }
 
         // Latency-class groups: their boost (a volume's is in its series above).
+        // (The QoS core's view: `ctl.groups()` would list every group's volumes too.)
         let group_boost: Vec<(Labels, ConstGauge<f64>)> = ctl
+            .qos
             .groups()
-            .groups
             .into_iter()
-            .filter(|g| g.class.value == crate::qos::Class::Latency)
+            .filter(|g| g.class == crate::qos::Class::Latency)
             .map(|g| (vec![("group", g.name)], ConstGauge::new(g.boost)))
             .collect();
         family(

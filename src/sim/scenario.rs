@@ -85,9 +85,9 @@ pub struct Scenario {
     /// The simulated hardware.
     #[serde(default)]
     pub disk: DiskSection,
-    /// Groups, parents before children.
+    /// Groups, parents before children: `[[group]]` of the daemon's config.
     #[serde(default, rename = "group")]
-    pub groups: Vec<GroupSection>,
+    pub groups: Vec<crate::config::GroupConfig>,
     /// Volumes.
     #[serde(default, rename = "volume")]
     pub volumes: Vec<VolumeSection>,
@@ -136,32 +136,6 @@ impl Default for DiskSection {
             truth: None,
         }
     }
-}
-
-/// `[[group]]`.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct GroupSection {
-    /// Unique name.
-    pub name: String,
-    /// Parent group (default: root).
-    #[serde(default)]
-    pub parent: Option<String>,
-    /// 1..=10000.
-    #[serde(default = "default_weight")]
-    pub weight: u32,
-    /// Hard limits on the sum of the group's volumes, as `[[group]] caps` of the
-    /// daemon's config.
-    #[serde(default)]
-    pub caps: Option<crate::qos::CapsConfig>,
-    /// As `[[group]] reserve` of the daemon's config.
-    #[serde(default)]
-    pub reserve: Option<crate::qos::ReserveConfig>,
-    /// As `[[group]] class` and `latency_target` of the daemon's config.
-    #[serde(default)]
-    pub class: crate::qos::Class,
-    #[serde(default)]
-    pub latency_target: Option<crate::qos::LatencyTarget>,
 }
 
 fn default_weight() -> u32 {
@@ -369,18 +343,6 @@ impl VolumeSection {
             class: self.class,
             latency_target: self.latency_target,
             reserve: self.reserve,
-        }
-    }
-}
-
-impl GroupSection {
-    /// The settings the QoS core applies beyond the weight.
-    pub fn policy(&self) -> crate::qos::GroupPolicy {
-        crate::qos::GroupPolicy {
-            caps: self.caps,
-            reserve: self.reserve,
-            class: self.class,
-            latency_target: self.latency_target,
         }
     }
 }
