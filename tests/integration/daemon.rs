@@ -31,7 +31,11 @@ impl DaemonProcess {
         let mut child = Command::new(env!("CARGO_BIN_EXE_vhost-iocost"))
             .args(["run", "--config", "config.toml"])
             .current_dir(dir.path())
-            .env("RUST_LOG", "info")
+            // DAEMON_RUST_LOG=vhost_iocost=debug shows each planner period in the log.
+            .env(
+                "RUST_LOG",
+                std::env::var("DAEMON_RUST_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
