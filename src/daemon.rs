@@ -46,7 +46,7 @@ impl Daemon {
         );
         let qos = Arc::new(build_qos(config)?);
         let shared = Arc::new(SharedDisk {
-            disk,
+            disk: Arc::new(disk),
             slots: DeviceSlots::new(config.device.queue_depth),
             emulated: config
                 .device
@@ -61,6 +61,20 @@ impl Daemon {
                 "fault injection is on: matching requests will fail on purpose"
             );
         }
+        // Volumes with files of their own, opened (or created) before any socket listens.
+        let mut own_disks = config
+            .volumes
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                v.path
+                    .as_deref()
+                    .map(|path| {
+                        HostDisk::open_volume(&v.key(i, "path"), path, v.size.0, &config.device)
+                    })
+                    .transpose()
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let acceptor = Acceptor::start()?;
         let mut servers = Vec::new();
         for (i, v) in config.volumes.iter().enumerate() {
@@ -73,7 +87,7 @@ impl Daemon {
                 .map_err(|e| DaemonError::Qos(format!("volume {}: {e}", v.name)))?;
             qos.set_volume_policy(&v.name, &v.policy())
                 .map_err(|e| DaemonError::Qos(format!("volume {}: {e}", v.name)))?;
-            let mut volume = Volume::new(v, shared.clone(), handle);
+            let mut volume = Volume::new(v, shared.clone(), own_disks[i].take(), handle);
             volume.socket_gid = v.socket_gid(i)?;
             let volume = Arc::new(volume);
             servers.push(VolumeServer::start(volume, &acceptor)?);

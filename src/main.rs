@@ -154,6 +154,9 @@ fn check(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     config.validate_layout(size, block)?;
     for (i, v) in config.volumes.iter().enumerate() {
         v.socket_gid(i)?;
+        if let Some(own) = &v.path {
+            HostDisk::probe_volume(&v.key(i, "path"), own, v.size.0, &config.device)?;
+        }
     }
     // The daemon refuses to start over a state file it cannot read: say so here, where
     // systemd's ExecStartPre can stop a restart loop.

@@ -1,12 +1,13 @@
-//! The host disk that holds every volume: opening (or creating) it, its size, and the
-//! alignment O_DIRECT demands.
+//! The host disk that holds the volumes, and the files or block devices of volumes that
+//! have their own (`path`): opening (or creating) them, their size, and the alignment
+//! O_DIRECT demands.
 
 use crate::config::DeviceConfig;
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DiskError {
@@ -18,6 +19,13 @@ pub enum DiskError {
     },
     #[error("device.path {0}: does not exist (set device.create_size to create it)")]
     Missing(PathBuf),
+    /// A volume's own file or block device (`path`) could not be used.
+    #[error("{key} {path}: {what}")]
+    Volume {
+        key: String,
+        path: PathBuf,
+        what: String,
+    },
 }
 
 /// The opened host disk. `file` is `None` for the null device.
@@ -56,15 +64,73 @@ impl HostDisk {
             .path
             .clone()
             .expect("validated: file devices have a path");
-        let io_err = |what, source| DiskError::Io {
-            path: path.clone(),
+        create_if_missing(cfg)?;
+        Self::open_file(path, cfg.direct).map_err(|(path, what, source)| DiskError::Io {
+            path,
             what,
             source,
+        })
+    }
+
+    /// A volume's own image file or block device (`path`), created as the device's file is
+    /// (`size` bytes, allocated unless `preallocate` is off) if missing; an existing one
+    /// must hold `size` bytes, a multiple of its block size.
+    pub fn open_volume(
+        key: &str,
+        path: &Path,
+        size: u64,
+        device: &DeviceConfig,
+    ) -> Result<Self, DiskError> {
+        let fail = |what: String| DiskError::Volume {
+            key: key.to_string(),
+            path: path.to_path_buf(),
+            what,
         };
-        create_if_missing(cfg)?;
+        if !path.exists() {
+            create_file(path, size, device.preallocate)
+                .map_err(|(what, e)| fail(format!("{what}: {e}")))?;
+        }
+        let disk = Self::open_file(path.to_path_buf(), device.direct)
+            .map_err(|(_, what, e)| fail(format!("{what}: {e}")))?;
+        volume_fits(disk.size, disk.block_size, size).map_err(fail)?;
+        Ok(HostDisk { size, ..disk })
+    }
+
+    /// Checks a volume's own file as [`HostDisk::open_volume`] would, without creating or
+    /// modifying anything (for `check`); a missing one would be created.
+    pub fn probe_volume(
+        key: &str,
+        path: &Path,
+        size: u64,
+        device: &DeviceConfig,
+    ) -> Result<(), DiskError> {
+        if !path.exists() {
+            return Ok(());
+        }
+        let fail = |what: String| DiskError::Volume {
+            key: key.to_string(),
+            path: path.to_path_buf(),
+            what,
+        };
+        let file = DeviceConfig {
+            path: Some(path.to_path_buf()),
+            create_size: None,
+            kind: crate::config::DeviceKind::File,
+            ..device.clone()
+        };
+        let (have, block) = Self::probe(&file).map_err(|e| fail(e.to_string()))?;
+        volume_fits(have, block, size).map_err(fail)
+    }
+
+    /// Opens an existing file or block device for I/O (O_DIRECT if `direct`).
+    fn open_file(
+        path: PathBuf,
+        direct: bool,
+    ) -> Result<Self, (PathBuf, &'static str, std::io::Error)> {
+        let io_err = |what, source| (path.clone(), what, source);
         let mut opts = OpenOptions::new();
         opts.read(true).write(true);
-        if cfg.direct {
+        if direct {
             opts.custom_flags(libc::O_DIRECT);
         }
         let mut file = opts.open(&path).map_err(|e| io_err("cannot open", e))?;
@@ -74,7 +140,7 @@ impl HostDisk {
         let size = file
             .seek(SeekFrom::End(0))
             .map_err(|e| io_err("cannot read size", e))?;
-        let (block_size, mem_align) = if cfg.direct {
+        let (block_size, mem_align) = if direct {
             direct_io_alignment(&file, is_block_device)
         } else {
             (512, 1)
@@ -85,9 +151,24 @@ impl HostDisk {
             size,
             block_size,
             mem_align,
-            direct: cfg.direct,
+            direct,
         })
     }
+}
+
+/// A volume of `size` bytes fits a file of `have` bytes with logical blocks of `block`.
+fn volume_fits(have: u64, block: u64, size: u64) -> Result<(), String> {
+    if have < size {
+        return Err(format!(
+            "holds {have} bytes, less than the volume's size ({size})"
+        ));
+    }
+    if size % block != 0 {
+        return Err(format!(
+            "the volume's size ({size}) is not a multiple of its logical block size ({block})"
+        ));
+    }
+    Ok(())
 }
 
 /// Create the backing file as a sparse file of `create_size` if `path` does not exist;
@@ -107,27 +188,40 @@ pub fn create_if_missing(cfg: &DeviceConfig) -> Result<(), DiskError> {
     let Some(size) = cfg.create_size else {
         return Err(DiskError::Missing(path.to_path_buf()));
     };
+    create_file(path, size.0, cfg.preallocate).map_err(|(what, e)| io_err(what, e))
+}
+
+/// Creates `path` (and its directory) as a file of `size` bytes, allocated if
+/// `allocate`; nothing is left behind on failure.
+fn create_file(
+    path: &Path,
+    size: u64,
+    allocate: bool,
+) -> Result<(), (&'static str, std::io::Error)> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| io_err("cannot create directory", e))?;
+        std::fs::create_dir_all(dir).map_err(|e| ("cannot create directory", e))?;
     }
     let f = OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(path)
-        .map_err(|e| io_err("cannot create", e))?;
-    f.set_len(size.0).map_err(|e| io_err("cannot size", e))?;
-    if cfg.preallocate {
-        if let Err(e) = preallocate(&f, size.0) {
+        .map_err(|e| ("cannot create", e))?;
+    if let Err(e) = f.set_len(size) {
+        let _ = std::fs::remove_file(path);
+        return Err(("cannot size", e));
+    }
+    if allocate {
+        if let Err(e) = preallocate(&f, size) {
             // Leave nothing half-made behind: the next start tries again.
             let _ = std::fs::remove_file(path);
-            return Err(io_err(
+            return Err((
                 "cannot preallocate (set device.preallocate = false for a sparse file)",
                 e,
             ));
         }
-        tracing::info!(path = %path.display(), size = %size, "created and allocated the backing file");
+        tracing::info!(path = %path.display(), size, "created and allocated the backing file");
     } else {
-        tracing::info!(path = %path.display(), size = %size, "created sparse backing file");
+        tracing::info!(path = %path.display(), size, "created sparse backing file");
     }
     Ok(())
 }

@@ -1,5 +1,6 @@
-//! A volume: one guest disk, a byte range of the shared host disk, and the state that
-//! outlives any one vhost-user connection (its QoS handle and its counters).
+//! A volume: one guest disk, a byte range of the shared host disk or a file (or block
+//! device) of its own, and the state that outlives any one vhost-user connection (its QoS
+//! handle and its counters).
 
 use super::admission::Admission;
 use super::disk::HostDisk;
@@ -15,9 +16,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub const MAX_DISCARD_SECTORS: u32 = (1 << 30) >> 9;
 pub const MAX_WRITE_ZEROES_SECTORS: u32 = (32 << 20) >> 9;
 
-/// The host disk as the volumes share it.
+/// The host disk as the volumes share it: its data and the device whose time and slots
+/// they share (volumes with files of their own too).
 pub struct SharedDisk {
-    pub disk: HostDisk,
+    pub disk: std::sync::Arc<HostDisk>,
     pub slots: DeviceSlots,
     /// `kind = "emulated"`: when each request completes.
     pub emulated: Option<std::sync::Mutex<crate::emulated::EmulatedDisk>>,
@@ -57,7 +59,9 @@ pub struct Volume<A: Admission> {
     /// `socket_group`; `None` leaves what the umask and the daemon's group give).
     pub socket_mode: Option<u32>,
     pub socket_gid: Option<u32>,
-    /// First byte of this volume on the host disk.
+    /// Where the volume's bytes are: the shared host disk, or its own file.
+    pub disk: std::sync::Arc<HostDisk>,
+    /// First byte of this volume on `disk`.
     pub host_offset: u64,
     pub limits: Limits,
     pub block_size: u64,
@@ -70,13 +74,21 @@ pub struct Volume<A: Admission> {
 }
 
 impl<A: Admission> Volume<A> {
-    pub fn new(cfg: &VolumeConfig, shared: std::sync::Arc<SharedDisk>, admission: A) -> Self {
-        let block_size = shared.disk.block_size.max(512);
+    /// A volume on `own_disk` (its `path`) if it has one, else on the shared disk.
+    pub fn new(
+        cfg: &VolumeConfig,
+        shared: std::sync::Arc<SharedDisk>,
+        own_disk: Option<HostDisk>,
+        admission: A,
+    ) -> Self {
+        let disk = own_disk.map_or_else(|| shared.disk.clone(), std::sync::Arc::new);
+        let block_size = disk.block_size.max(512);
         Volume {
             name: cfg.name.clone(),
             socket: cfg.socket.clone(),
             socket_mode: cfg.socket_mode.map(|m| m.0),
             socket_gid: None,
+            disk,
             host_offset: cfg.offset.0,
             limits: Limits {
                 capacity: cfg.size.0,

@@ -175,6 +175,11 @@ pub struct VolumeConfig {
     /// First byte of the host disk owned by this volume.
     #[serde(default)]
     pub offset: ByteSize,
+    /// The volume's own image file or block device (an LV) instead of a range of
+    /// `device.path`: a missing file is created with `size` bytes (allocated unless
+    /// `device.preallocate = false`). Its requests still share the device's QoS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
     /// Bytes of the host disk owned by this volume (its capacity as the guest sees it).
     pub size: ByteSize,
     #[serde(default)]
@@ -264,7 +269,8 @@ impl VolumeConfig {
             .transpose()
     }
 
-    fn key(&self, index: usize, field: &str) -> String {
+    /// How errors name one of its fields: `volume[1] "vm1-data".offset`.
+    pub fn key(&self, index: usize, field: &str) -> String {
         format!("volume[{index}] \"{}\".{field}", self.name)
     }
 }
@@ -412,6 +418,7 @@ impl Config {
         let groups: HashSet<&str> = self.groups.iter().map(|g| g.name.as_str()).collect();
         let mut names = HashSet::new();
         let mut sockets = HashSet::new();
+        let mut paths = HashSet::new();
         for (i, v) in self.volumes.iter().enumerate() {
             check_name(&v.key(i, "name"), &v.name)?;
             if !names.insert(v.name.as_str()) {
@@ -442,6 +449,29 @@ impl Config {
             }
             if let Some(r) = &v.reserve {
                 keyed(&key, "reserve", r.validate())?;
+            }
+            if let Some(path) = &v.path {
+                if !self.device.kind.has_file() {
+                    return Err(invalid(
+                        v.key(i, "path"),
+                        "not with device.kind = \"null\" (it has no data)",
+                    ));
+                }
+                if v.offset.0 != 0 {
+                    return Err(invalid(
+                        v.key(i, "offset"),
+                        "not with path: the volume is its file from byte 0",
+                    ));
+                }
+                if self.device.path.as_deref() == Some(path.as_path()) {
+                    return Err(invalid(v.key(i, "path"), "same path as device.path"));
+                }
+                if !paths.insert(path.as_path()) {
+                    return Err(invalid(
+                        v.key(i, "path"),
+                        format!("{} is already used by another volume", path.display()),
+                    ));
+                }
             }
             if let Some(group) = &v.group {
                 if !groups.contains(group.as_str()) && group != ROOT_GROUP {
@@ -492,6 +522,17 @@ impl Config {
     pub fn validate_layout(&self, device_size: u64, block_size: u64) -> Result<(), ConfigError> {
         let mut ranges: Vec<(u64, u64, usize)> = Vec::with_capacity(self.volumes.len());
         for (i, v) in self.volumes.iter().enumerate() {
+            if v.path.is_some() {
+                // Its own file: its size is checked against that file's block size when
+                // it is opened ([`crate::backend::disk::HostDisk::open_volume`]).
+                if v.size.0 == 0 || v.size.0 % 512 != 0 {
+                    return Err(invalid(
+                        v.key(i, "size"),
+                        format!("must be a non-zero multiple of 512 bytes (got {})", v.size),
+                    ));
+                }
+                continue;
+            }
             for (field, value) in [("offset", v.offset.0), ("size", v.size.0)] {
                 if value % block_size != 0 {
                     return Err(invalid(
@@ -594,12 +635,14 @@ impl Config {
             );
         }
         for v in &self.volumes {
+            let place = match &v.path {
+                Some(path) => format!("file {}", path.display()),
+                None => format!("bytes {}..{}", v.offset.0, v.offset.0 + v.size.0),
+            };
             let _ = writeln!(
                 out,
-                "volume {:<16} bytes {}..{} ({}) weight={} group={} queues={}x{} {} socket={}",
+                "volume {:<16} {place} ({}) weight={} group={} queues={}x{} {} socket={}",
                 v.name,
-                v.offset.0,
-                v.offset.0 + v.size.0,
                 v.size,
                 v.weight,
                 v.group.as_deref().unwrap_or(ROOT_GROUP),

@@ -236,3 +236,56 @@ fn op_caps_parse_and_errors_name_the_key() {
     );
     assert!(Config::parse(&with("op_caps = { read = { iops = 5 } }")).is_err());
 }
+
+#[test]
+fn a_volume_with_its_own_file_is_checked_against_the_device_and_the_others() {
+    let with_path = |extra: &str| {
+        BASE.replace(
+            "offset = \"256MiB\"\nsize = \"256MiB\"",
+            &format!("path = \"b.img\"\nsize = \"256MiB\"\n{extra}"),
+        )
+    };
+    let c = Config::parse(&with_path("")).unwrap();
+    assert_eq!(
+        c.volumes[1].path.as_deref(),
+        Some(std::path::Path::new("b.img"))
+    );
+    // Its range is not on the device: a device of 256 MiB holds volume a alone.
+    c.validate_layout(256 << 20, 512).unwrap();
+    assert!(c.describe(None, None).contains("file b.img"));
+
+    let e = err_of(&with_path("offset = \"1MiB\""));
+    assert!(
+        e.contains("volume[1] \"b\".offset") && e.contains("not with path"),
+        "{e}"
+    );
+    let e = err_of(&with_path("").replace("path = \"b.img\"", "path = \"disk.img\""));
+    assert!(
+        e.contains("volume[1] \"b\".path") && e.contains("device.path"),
+        "{e}"
+    );
+    let e = err_of(&with_path("").replace(
+        "path = \"b.img\"\nsize = \"256MiB\"",
+        "path = \"b.img\"\nsize = 1000",
+    ));
+    assert!(
+        e.contains("volume[1] \"b\".size") && e.contains("512"),
+        "{e}"
+    );
+    let e = err_of(
+        &(with_path("") + "\n[[volume]]\nname = \"c\"\nsocket = \"c.sock\"\npath = \"b.img\"\nsize = \"1MiB\"\n"),
+    );
+    assert!(
+        e.contains("volume[2] \"c\".path") && e.contains("already used"),
+        "{e}"
+    );
+    let null = with_path("").replace(
+        "path = \"disk.img\"\ncreate_size = \"1GiB\"",
+        "kind = \"null\"",
+    );
+    let e = err_of(&null);
+    assert!(
+        e.contains("volume[1] \"b\".path") && e.contains("null"),
+        "{e}"
+    );
+}

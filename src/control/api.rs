@@ -165,6 +165,12 @@ pub struct VolumeView {
     pub reserve: Sourced<ReserveConfig>,
     pub socket: String,
     pub size: u64,
+    /// Where its bytes are: its own file or block device (`path`), else `offset` on the
+    /// device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(default)]
+    pub offset: u64,
     pub read_only: bool,
     /// Frontend connections accepted since start.
     pub connections: u64,

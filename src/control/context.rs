@@ -511,6 +511,10 @@ impl Control {
             ),
             socket: v.socket.display().to_string(),
             size: v.limits.capacity,
+            path: cfg
+                .and_then(|c| c.path.as_ref())
+                .map(|p| p.display().to_string()),
+            offset: v.host_offset,
             read_only: v.limits.read_only,
             connections: v.counters.connections.load(Relaxed),
         }

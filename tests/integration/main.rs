@@ -21,3 +21,4 @@ mod profile;
 mod qos;
 mod raw_frontend;
 mod scale;
+mod volume_files;

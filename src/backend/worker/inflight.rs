@@ -63,7 +63,7 @@ impl<A: Admission> Worker<A> {
     /// Builds the device operation for an admitted request and queues it on the ring.
     pub(super) fn start(&mut self, p: Parked<Popped, A::Ticket>, now: u64) -> io::Result<()> {
         let vol = &self.volume;
-        let disk = &vol.shared.disk;
+        let disk = &vol.disk;
         let host_offset = vol.host_offset + p.req.request.offset;
         let fault = vol.shared.faults.pick(&vol.name, p.io.kind);
         let mut record = InFlight {
@@ -200,7 +200,7 @@ impl<A: Admission> Worker<A> {
         data: &[Segment],
         is_read: bool,
     ) -> Result<(), String> {
-        let disk = &self.volume.shared.disk;
+        let disk = &self.volume.disk;
         let not_ram = |addr: u64| format!("guest buffer {addr:#x} is not guest RAM");
         let mut aligned = true;
         let mut push = |iovecs: &mut Vec<libc::iovec>, base: *mut u8, len: usize| {
@@ -325,7 +325,7 @@ impl<A: Admission> Worker<A> {
         {
             return Some(record);
         }
-        let disk = &self.volume.shared.disk;
+        let disk = &self.volume.disk;
         let buffer = BounceBuffer::zeroed(
             record.io.len as usize,
             disk.mem_align.max(disk.block_size) as usize,
@@ -356,7 +356,7 @@ impl<A: Admission> Worker<A> {
         let vol = self.volume.clone();
         let c = &vol.counters;
         let expected = match record.kind {
-            RequestKind::Read | RequestKind::Write if vol.shared.disk.file.is_some() => {
+            RequestKind::Read | RequestKind::Write if vol.disk.file.is_some() => {
                 record.io.len as i64
             }
             _ => 0,

@@ -90,7 +90,6 @@ impl<A: Admission> Worker<A> {
             depth
         };
         let file = volume
-            .shared
             .disk
             .file
             .as_ref()
