@@ -5,6 +5,7 @@ mod bench;
 mod caps;
 mod classes;
 mod client;
+mod cloud_hypervisor;
 mod control;
 mod daemon;
 mod data_path;
