@@ -29,23 +29,20 @@
 //! Completions are awaited on the call eventfd with `poll(2)` and a timeout, never by
 //! sleeping.
 
-use std::collections::HashMap;
-use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
 
 use vhost::vhost_user::message::{
     VhostUserConfigFlags, VhostUserHeaderFlag, VhostUserProtocolFeatures, VhostUserVirtioFeatures,
 };
 use vhost::vhost_user::{Frontend, VhostUserFrontend};
-use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
-use vm_memory::{Bytes, FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
-use vmm_sys_util::eventfd::EventFd;
+use vhost::{VhostBackend, VhostUserMemoryRegionInfo};
+use vm_memory::GuestMemoryMmap;
 
 use crate::client::pattern;
 use crate::daemon::{config, volume, DaemonProcess};
-use crate::raw_frontend::{header, Desc, Used, STATUS_UNSET, S_OK, T_IN, T_OUT};
+use crate::raw_frontend::{header, STATUS_UNSET, S_OK, T_IN, T_OUT};
+use crate::virtqueue::{self, Arena, Desc, Used, Vq};
 
 // ---------------------------------------------------------------------------------------
 // What cloud-hypervisor asks for (E.1)
@@ -180,13 +177,8 @@ const RINGS_GPA: u64 = 1 << 20;
 const RING_AREA: u64 = 64 << 10;
 /// Buffers in low RAM start after the ring areas.
 const LOW_BUFFERS: u64 = RINGS_GPA + 16 * RING_AREA;
-/// How long a request may take before the test fails.
-const TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a request published while its ring is disabled must stay unanswered.
 const PAUSE_PROBE: Duration = Duration::from_millis(300);
-
-const DESC_F_NEXT: u16 = 1;
-const DESC_F_WRITE: u16 = 2;
 
 /// A guest RAM range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -211,77 +203,42 @@ impl Ram {
     }
 }
 
-/// The driver's side of one split virtqueue.
-struct Vq {
-    desc: u64,
-    avail: u64,
-    used: u64,
-    /// The queue's ioeventfd and irqfd. CH keeps both across resets and reconnects.
-    kick: EventFd,
-    call: EventFd,
-    free: Vec<u16>,
-    /// Descriptor indices of each chain on the ring, by head.
-    chains: HashMap<u16, Vec<u16>>,
-    /// The avail index the next chain is published at.
-    next_avail: u16,
-    /// The used index up to which entries were consumed.
-    used_seen: u16,
-}
-
 /// The guest: RAM, and the virtqueues its virtio-blk driver has set up (queue `i` is
 /// `queues[i]`. Linux sets up queues 0..k, one per vCPU, so a subset is always a prefix).
+/// Each queue's kick (ioeventfd) and call (irqfd) are kept across resets and reconnects,
+/// as CH keeps them.
 struct Guest {
     mem: GuestMemoryMmap<()>,
     /// How many ranges (in address order) the VMM has shared with the backend. The
     /// hot-pluggable range is shared only once plugged.
     plugged: usize,
     queues: Vec<Vq>,
-    /// Next free address per range, for `alloc`.
-    next: [u64; 3],
-}
-
-/// An anonymous memory file, as CH's `create_anonymous_file` makes one per RAM range.
-fn memfd(len: u64) -> FileOffset {
-    // SAFETY: memfd_create with a NUL-terminated name; the fd is checked, then owned.
-    let fd = unsafe { libc::memfd_create(c"ch-guest-ram".as_ptr(), libc::MFD_CLOEXEC) };
-    assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
-    // SAFETY: `fd` is a fresh descriptor nothing else owns.
-    let file = unsafe { std::fs::File::from_raw_fd(fd) };
-    file.set_len(len).unwrap();
-    FileOffset::new(file, 0)
+    /// Buffer allocation per range, for `alloc`.
+    buffers: [Arena; 3],
 }
 
 impl Guest {
     /// Guest RAM with low and high ranges present, the hot-plug range not yet plugged,
-    /// and `active_queues` queues set up by the driver.
+    /// and `active_queues` queues set up by the driver. As CH's `create_anonymous_file`
+    /// does, each range is its own memfd.
     fn new(active_queues: usize) -> Self {
         assert!(
             active_queues <= 8,
             "ring areas 8.. are for re-initialised rings"
         );
-        let ranges = vec![
-            (
-                GuestAddress(LOW_GPA),
-                LOW_SIZE as usize,
-                Some(memfd(LOW_SIZE)),
-            ),
-            (
-                GuestAddress(HIGH_GPA),
-                HIGH_SIZE as usize,
-                Some(memfd(HIGH_SIZE)),
-            ),
-            (
-                GuestAddress(HOTPLUG_GPA),
-                HOTPLUG_SIZE as usize,
-                Some(memfd(HOTPLUG_SIZE)),
-            ),
-        ];
-        let mem = GuestMemoryMmap::from_ranges_with_files(&ranges).unwrap();
+        let mem = virtqueue::guest_memory(&[
+            (LOW_GPA, LOW_SIZE),
+            (HIGH_GPA, HIGH_SIZE),
+            (HOTPLUG_GPA, HOTPLUG_SIZE),
+        ]);
         let mut g = Guest {
             mem,
             plugged: 2,
             queues: Vec::new(),
-            next: [Ram::Low, Ram::High, Ram::Hotplug].map(|r| r.bounds().0),
+            buffers: [Ram::Low, Ram::High, Ram::Hotplug].map(|r| {
+                let (start, end) = r.bounds();
+                Arena::new(start, end)
+            }),
         };
         for q in 0..active_queues {
             g.init_queue(q, RINGS_GPA + q as u64 * RING_AREA);
@@ -292,247 +249,95 @@ impl Guest {
     /// The driver (re)initialises queue `q` with fresh, zeroed rings at `at`: avail and
     /// used index 0, all descriptors free. The eventfds are kept.
     fn init_queue(&mut self, q: usize, at: u64) {
-        let size = u64::from(QUEUE_SIZE);
-        // The split virtqueue layout: descriptor table, avail ring (flags, idx, ring,
-        // used_event), used ring (flags, idx, ring, avail_event), 16/2/4-byte aligned.
-        let desc = at;
-        let avail = desc + 16 * size;
-        let used = (avail + 6 + 2 * size).next_multiple_of(4);
-        self.write(desc, &vec![0; (used + 6 + 8 * size - desc) as usize]);
         if q == self.queues.len() {
-            self.queues.push(Vq {
-                desc: 0,
-                avail: 0,
-                used: 0,
-                kick: EventFd::new(libc::EFD_NONBLOCK).unwrap(),
-                call: EventFd::new(libc::EFD_NONBLOCK).unwrap(),
-                free: Vec::new(),
-                chains: HashMap::new(),
-                next_avail: 0,
-                used_seen: 0,
-            });
+            let vq = Vq::new(&self.mem, q, QUEUE_SIZE, at);
+            self.queues.push(vq);
+        } else {
+            self.queues[q].place(&self.mem, at);
         }
-        let vq = &mut self.queues[q];
-        vq.desc = desc;
-        vq.avail = avail;
-        vq.used = used;
-        vq.free = (0..QUEUE_SIZE).rev().collect();
-        vq.chains.clear();
-        vq.next_avail = 0;
-        vq.used_seen = 0;
     }
 
     /// The memory table as CH sends it: every plugged range, in address order.
     fn regions(&self) -> Vec<VhostUserMemoryRegionInfo> {
-        self.mem
-            .iter()
-            .take(self.plugged)
-            .map(|region| VhostUserMemoryRegionInfo::from_guest_region(region).unwrap())
-            .collect()
+        let mut all = virtqueue::region_infos(&self.mem);
+        all.truncate(self.plugged);
+        all
     }
 
     /// Plugs the next range (memory hotplug) and returns it for ADD_MEM_REG.
     fn plug(&mut self) -> VhostUserMemoryRegionInfo {
-        let region = self
-            .mem
-            .iter()
+        let info = virtqueue::region_infos(&self.mem)
+            .into_iter()
             .nth(self.plugged)
             .expect("a range left to plug");
-        let info = VhostUserMemoryRegionInfo::from_guest_region(region).unwrap();
         self.plugged += 1;
         info
     }
 
-    /// SET_VRING_ADDR's payload: host (VMM) addresses of the rings, flags 0, no log.
-    fn vring_config(&self, q: usize) -> VringConfigData {
-        let vq = &self.queues[q];
-        let host = |gpa: u64| self.mem.get_host_address(GuestAddress(gpa)).unwrap() as u64;
-        VringConfigData {
-            queue_max_size: QUEUE_SIZE,
-            queue_size: QUEUE_SIZE,
-            flags: 0,
-            desc_table_addr: host(vq.desc),
-            used_ring_addr: host(vq.used),
-            avail_ring_addr: host(vq.avail),
-            log_addr: None,
-        }
-    }
-
     /// The avail index in guest memory, as CH reads it for SET_VRING_BASE.
     fn avail_idx_in_memory(&self, q: usize) -> u16 {
-        let idx: u16 = self
-            .mem
-            .load(GuestAddress(self.queues[q].avail + 2), Ordering::Acquire)
-            .unwrap();
-        u16::from_le(idx)
+        self.queues[q].avail_idx_in_memory(&self.mem)
     }
 
     /// The used index the device has published on queue `q`.
     fn used_idx(&self, q: usize) -> u16 {
-        let idx: u16 = self
-            .mem
-            .load(GuestAddress(self.queues[q].used + 2), Ordering::Acquire)
-            .unwrap();
-        u16::from_le(idx)
+        self.queues[q].used_idx(&self.mem)
     }
 
     /// Reserves `len` zeroed bytes in `ram` (4 KiB aligned from 4 KiB up).
     fn alloc(&mut self, ram: Ram, len: usize) -> u64 {
-        let align = if len >= 4096 { 4096 } else { 16 };
-        let addr = self.next[ram.index()].next_multiple_of(align);
-        let end = addr + len as u64;
-        assert!(end <= ram.bounds().1, "{ram:?} guest RAM exhausted");
-        self.next[ram.index()] = end;
-        self.write(addr, &vec![0; len]);
-        addr
+        self.buffers[ram.index()].alloc(&self.mem, len)
     }
 
     /// Allocates guest RAM in `ram` holding `bytes`.
     fn put(&mut self, ram: Ram, bytes: &[u8]) -> u64 {
-        let addr = self.alloc(ram, bytes.len());
-        self.write(addr, bytes);
-        addr
-    }
-
-    fn write(&self, addr: u64, bytes: &[u8]) {
-        self.mem.write_slice(bytes, GuestAddress(addr)).unwrap();
+        self.buffers[ram.index()].put(&self.mem, bytes)
     }
 
     fn read(&self, addr: u64, len: usize) -> Vec<u8> {
-        let mut buf = vec![0; len];
-        self.mem.read_slice(&mut buf, GuestAddress(addr)).unwrap();
-        buf
+        virtqueue::read(&self.mem, addr, len)
     }
 
     /// Places `chain` in queue `q`'s descriptor table and publishes it (no kick).
     /// Returns the head index.
     fn submit(&mut self, q: usize, chain: &[Desc]) -> u16 {
-        assert!(!chain.is_empty());
-        let vq = &mut self.queues[q];
-        assert!(vq.free.len() >= chain.len(), "queue {q} is full");
-        let ids: Vec<u16> = (0..chain.len()).map(|_| vq.free.pop().unwrap()).collect();
-        for (i, d) in chain.iter().enumerate() {
-            let next = ids.get(i + 1).copied();
-            let mut flags = 0u16;
-            if d.write {
-                flags |= DESC_F_WRITE;
-            }
-            if next.is_some() {
-                flags |= DESC_F_NEXT;
-            }
-            // struct virtq_desc { le64 addr; le32 len; le16 flags; le16 next; }
-            let mut raw = [0u8; 16];
-            raw[0..8].copy_from_slice(&d.addr.to_le_bytes());
-            raw[8..12].copy_from_slice(&d.len.to_le_bytes());
-            raw[12..14].copy_from_slice(&flags.to_le_bytes());
-            raw[14..16].copy_from_slice(&next.unwrap_or(0).to_le_bytes());
-            let at = vq.desc + 16 * u64::from(ids[i]);
-            self.mem.write_slice(&raw, GuestAddress(at)).unwrap();
-        }
-        let head = ids[0];
-        vq.chains.insert(head, ids);
-        self.publish(q, head);
-        head
-    }
-
-    /// Writes `head` to the next avail ring slot, then (after a fence, as drivers do) the
-    /// avail index.
-    fn publish(&mut self, q: usize, head: u16) {
-        let vq = &mut self.queues[q];
-        let slot = vq.avail + 4 + 2 * u64::from(vq.next_avail % QUEUE_SIZE);
-        self.mem
-            .write_obj(head.to_le(), GuestAddress(slot))
-            .unwrap();
-        vq.next_avail = vq.next_avail.wrapping_add(1);
-        fence(Ordering::SeqCst);
-        self.mem
-            .store(
-                vq.next_avail.to_le(),
-                GuestAddress(vq.avail + 2),
-                Ordering::Release,
-            )
-            .unwrap();
+        self.queues[q].submit(&self.mem, chain)
     }
 
     /// The guest's notification (with CH, a write to the queue's ioeventfd).
     fn kick(&self, q: usize) {
-        self.queues[q].kick.write(1).unwrap();
+        self.queues[q].notify();
     }
 
-    /// EVENT_IDX (Linux acks it): asks for a notification once the used index passes
-    /// `idx`.
-    fn set_used_event(&self, q: usize, idx: u16) {
-        let vq = &self.queues[q];
-        let at = vq.avail + 4 + 2 * u64::from(QUEUE_SIZE);
-        self.mem.write_obj(idx.to_le(), GuestAddress(at)).unwrap();
-        fence(Ordering::SeqCst);
-    }
-
-    /// Waits (on the call eventfd, up to `TIMEOUT`) for the next used entry of queue `q`
-    /// and returns it, freeing its descriptors.
+    /// Waits (on the call eventfd) for the next used entry of queue `q` and returns it,
+    /// freeing its descriptors. Linux acks EVENT_IDX, so used_event is always set.
     #[track_caller]
     fn wait_used(&mut self, q: usize) -> Used {
-        let deadline = Instant::now() + TIMEOUT;
-        loop {
-            let seen = self.used_idx(q);
-            if seen != self.queues[q].used_seen {
-                break;
-            }
-            self.set_used_event(q, seen);
-            // Re-check after publishing used_event, in case the device added the entry
-            // meanwhile and so saw the old value.
-            if self.used_idx(q) != seen {
-                continue;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            assert!(
-                !left.is_zero(),
-                "queue {q}: no completion after {TIMEOUT:?} (used idx {seen})"
-            );
-            poll_readable(&self.queues[q].call, left);
-            // Clear the notification; the used index is re-checked after, so none is lost.
-            let _ = self.queues[q].call.read();
-        }
-        let vq = &mut self.queues[q];
-        let at = vq.used + 4 + 8 * u64::from(vq.used_seen % QUEUE_SIZE);
-        let id: u32 = self.mem.read_obj(GuestAddress(at)).unwrap();
-        let len: u32 = self.mem.read_obj(GuestAddress(at + 4)).unwrap();
-        vq.used_seen = vq.used_seen.wrapping_add(1);
-        let head = u16::try_from(u32::from_le(id)).expect("used id is a descriptor index");
-        let ids = vq
-            .chains
-            .remove(&head)
-            .unwrap_or_else(|| panic!("queue {q}: used head {head} is not on the ring"));
-        vq.free.extend(ids);
-        Used {
-            head,
-            len: u32::from_le(len),
-        }
+        self.queues[q].wait_used(&self.mem, 1, true)[0]
     }
 
     /// Whether queue `q` stays without a new used entry, and without a notification
     /// that announces one, for `probe`.
     fn no_completion_within(&self, q: usize, probe: Duration) -> bool {
-        let before = self.queues[q].used_seen;
+        let vq = &self.queues[q];
+        let before = vq.used_seen();
         assert_eq!(
-            self.used_idx(q),
+            vq.used_idx(&self.mem),
             before,
             "queue {q}: unconsumed completions"
         );
         // Any new entry must notify.
-        self.set_used_event(q, before);
+        vq.set_used_event(&self.mem, before);
         let deadline = Instant::now() + probe;
         loop {
-            if self.used_idx(q) != before {
+            if vq.used_idx(&self.mem) != before {
                 return false;
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return true;
             }
-            if poll_readable(&self.queues[q].call, left) {
-                let _ = self.queues[q].call.read();
-            }
+            vq.wait_call(left);
         }
     }
 
@@ -586,25 +391,6 @@ impl Guest {
         }
         (st, self.read(buf, len))
     }
-}
-
-/// Waits up to `timeout` for `fd` to become readable; false on timeout (or EINTR).
-fn poll_readable(fd: &EventFd, timeout: Duration) -> bool {
-    let mut pfd = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // Rounded up, so a wait never ends just before the deadline.
-    let ms = timeout.as_millis().min(i32::MAX as u128 - 1) as i32 + 1;
-    // SAFETY: one valid pollfd for the duration of the call.
-    let r = unsafe { libc::poll(&mut pfd, 1, ms) };
-    if r < 0 {
-        let e = std::io::Error::last_os_error();
-        assert_eq!(e.kind(), std::io::ErrorKind::Interrupted, "poll: {e}");
-        return false;
-    }
-    r > 0
 }
 
 // ---------------------------------------------------------------------------------------
@@ -729,7 +515,7 @@ impl VhostUserHandle {
             let vq = &guest.queues[q];
             ok(
                 "SET_VRING_ADDR",
-                self.vu.set_vring_addr(q, &guest.vring_config(q)),
+                self.vu.set_vring_addr(q, &vq.vring_config(&guest.mem)),
             );
             ok(
                 "SET_VRING_BASE",

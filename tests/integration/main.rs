@@ -22,4 +22,5 @@ mod profile;
 mod qos;
 mod raw_frontend;
 mod scale;
+mod virtqueue;
 mod volume_files;
