@@ -5,13 +5,13 @@
 
 use crate::backend::acceptor::Acceptor;
 use crate::backend::disk::{DiskError, HostDisk};
-use crate::backend::server::VolumeServer;
 use crate::backend::slots::DeviceSlots;
-use crate::backend::volume::{SharedDisk, Volume};
+use crate::backend::volume::SharedDisk;
 use crate::config::{Config, ConfigError, ROOT_GROUP};
 use crate::emulated::FaultPlan;
 use crate::planner::Planner;
-use crate::qos::{MonotonicClock, PeriodRecord, QosDevice, VolumeQos};
+use crate::qos::{MonotonicClock, PeriodRecord, QosDevice};
+use crate::volume_set::VolumeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,8 +29,8 @@ pub enum DaemonError {
 
 pub struct Daemon {
     pub qos: Arc<QosDevice>,
-    pub servers: Vec<Arc<VolumeServer<Arc<VolumeQos>>>>,
-    acceptor: Arc<Acceptor>,
+    /// The volumes served, which the control plane adds to and removes from.
+    pub volumes: Arc<VolumeSet>,
     /// The planner thread, which the control API wakes after a change of the period.
     pub planner: std::thread::Thread,
 }
@@ -61,46 +61,32 @@ impl Daemon {
                 "fault injection is on: matching requests will fail on purpose"
             );
         }
-        // Volumes with files of their own, opened (or created) before any socket listens.
-        let mut own_disks = config
-            .volumes
-            .iter()
-            .enumerate()
-            .map(|(i, v)| {
-                v.path
-                    .as_deref()
-                    .map(|path| {
-                        HostDisk::open_volume(&v.key(i, "path"), path, v.size.0, &config.device)
-                    })
-                    .transpose()
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let acceptor = Acceptor::start()?;
-        let mut servers = Vec::new();
+        // Volumes with files of their own are checked before any socket listens.
         for (i, v) in config.volumes.iter().enumerate() {
-            let handle = qos
-                .add_volume(
-                    &v.name,
-                    v.group.as_deref().filter(|g| *g != ROOT_GROUP),
-                    v.weight,
-                )
-                .map_err(|e| DaemonError::Qos(format!("volume {}: {e}", v.name)))?;
-            qos.set_volume_policy(&v.name, &v.policy())
-                .map_err(|e| DaemonError::Qos(format!("volume {}: {e}", v.name)))?;
-            let mut volume = Volume::new(v, shared.clone(), own_disks[i].take(), handle);
-            volume.socket_gid = v.socket_gid(i)?;
-            let volume = Arc::new(volume);
-            servers.push(VolumeServer::start(volume, &acceptor)?);
+            if let Some(path) = &v.path {
+                HostDisk::probe_volume(&v.key(i, "path"), path, v.size.0, &config.device)?;
+            }
+        }
+        let volumes = Arc::new(VolumeSet::new(
+            qos.clone(),
+            shared,
+            Acceptor::start()?,
+            config.device.clone(),
+        ));
+        for (i, v) in config.volumes.iter().enumerate() {
+            if let Err(e) = volumes.add(v, i) {
+                volumes.stop();
+                return Err(DaemonError::Qos(e.to_string()));
+            }
         }
         tracing::info!(
-            volumes = servers.len(),
+            volumes = volumes.list().len(),
             "listening on every volume's socket"
         );
-        let planner = spawn_planner(qos.clone(), servers.clone())?;
+        let planner = spawn_planner(qos.clone(), volumes.clone())?;
         Ok(Daemon {
             qos,
-            servers,
-            acceptor,
+            volumes,
             planner,
         })
     }
@@ -108,10 +94,7 @@ impl Daemon {
     /// Completes in-flight I/O of every connected frontend, closes the connections and
     /// removes the sockets.
     pub fn stop(&self) {
-        for s in &self.servers {
-            s.stop();
-        }
-        self.acceptor.stop();
+        self.volumes.stop();
     }
 }
 
@@ -144,7 +127,7 @@ fn build_qos(config: &Config) -> Result<QosDevice, DaemonError> {
 /// periods, so an unpark (a runtime QoS change) wakes it early.
 fn spawn_planner(
     qos: Arc<QosDevice>,
-    servers: Vec<Arc<VolumeServer<Arc<VolumeQos>>>>,
+    volumes: Arc<VolumeSet>,
 ) -> std::io::Result<std::thread::Thread> {
     let handle = std::thread::Builder::new()
         .name("planner".into())
@@ -155,7 +138,7 @@ fn spawn_planner(
             loop {
                 // plan() returns when the next period is due.
                 let next = planner.plan();
-                for s in &servers {
+                for s in volumes.list() {
                     s.wake();
                 }
                 let p = qos.last_period();

@@ -24,6 +24,7 @@
 //! - [`config`]: the TOML configuration and its validation.
 //! - [`control`]: the REST control plane, metrics, persistence and the `ctl` client.
 //! - [`daemon`]: assembly of the daemon (disk, QoS tree, listeners, planner thread).
+//! - [`volume_set`]: the volumes served, added and removed at run time.
 //! - [`vtime`]: the QoS core's units (vtime, weights) and integer helpers.
 //! - [`size`]: byte sizes as configs write them (`"64MiB"`).
 //! - [`duration`]: durations as configs, the API and job files write them.
@@ -54,4 +55,5 @@ pub mod sim;
 pub mod size;
 pub(crate) mod socket_path;
 pub mod tune;
+pub mod volume_set;
 pub(crate) mod vtime;

@@ -103,9 +103,10 @@ fn run(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     // Before anything is touched: a second instance on the same disk stops here.
     let _lock = vhost_iocost::instance_lock::InstanceLock::acquire(&config.device)?;
     // A state file the daemon cannot read stops it here, before any socket exists.
-    vhost_iocost::control::state::RuntimeState::load(&vhost_iocost::control::state::state_path(
-        path,
-    ))?;
+    let state_file = vhost_iocost::control::state::state_path(path);
+    let state = vhost_iocost::control::state::RuntimeState::load(&state_file)?;
+    // With the groups and volumes added and removed at run time.
+    let config = state.running_config(&config, &state_file)?;
     // Block the signals before any thread exists, so every thread inherits the mask and
     // only the main thread takes them.
     let signals = daemon::block_termination_signals();
@@ -120,11 +121,11 @@ fn run(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     tracing::info!(
-        volumes = daemon.servers.len(),
+        volumes = daemon.volumes.list().len(),
         qos = daemon.qos.enabled(),
         "vhost-iocost running"
     );
-    let status = format!("serving {} volumes", daemon.servers.len());
+    let status = format!("serving {} volumes", daemon.volumes.list().len());
     tell_systemd(&format!("READY=1\nSTATUS={status}"));
     let (sig, sender) = daemon::wait_for_signal(&signals);
     tracing::info!(
@@ -150,6 +151,12 @@ fn tell_systemd(state: &str) {
 
 fn check(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     let config = Config::load(path)?;
+    // The daemon refuses to start over a state file it cannot read: say so here, where
+    // systemd's ExecStartPre can stop a restart loop. Its added and removed volumes are
+    // checked with the file's.
+    let state_file = vhost_iocost::control::state::state_path(path);
+    let state = vhost_iocost::control::state::RuntimeState::load(&state_file)?;
+    let config = state.running_config(&config, &state_file)?;
     let (size, block) = HostDisk::probe(&config.device)?;
     config.validate_layout(size, block)?;
     for (i, v) in config.volumes.iter().enumerate() {
@@ -158,10 +165,6 @@ fn check(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
             HostDisk::probe_volume(&v.key(i, "path"), own, v.size.0, &config.device)?;
         }
     }
-    // The daemon refuses to start over a state file it cannot read: say so here, where
-    // systemd's ExecStartPre can stop a restart loop.
-    let state_file = vhost_iocost::control::state::state_path(path);
-    vhost_iocost::control::state::RuntimeState::load(&state_file)?;
     print!("{}", config.describe(Some(size), Some(block)));
     println!("config OK");
     Ok(())

@@ -36,6 +36,15 @@ pub struct VolumeServer<A: Admission> {
     /// A connection's thread could not be ended and was left behind: take no more
     /// frontends, or every retry would leave another.
     gave_up: AtomicBool,
+    /// The thread serving the current (or last) frontend, joined by [`Self::remove`].
+    connection_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// Why a volume was not removed.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoveError {
+    #[error("a frontend is connected (disconnect it first, or force)")]
+    Connected,
 }
 
 impl<A: Admission> VolumeServer<A> {
@@ -74,6 +83,7 @@ impl<A: Admission> VolumeServer<A> {
             acceptor: Arc::clone(acceptor),
             token: OnceLock::new(),
             gave_up: AtomicBool::new(false),
+            connection_thread: Mutex::new(None),
         });
         let token = acceptor.add(fd, server.clone())?;
         let _ = server.token.set(token);
@@ -191,6 +201,10 @@ impl<A: Admission> VolumeServer<A> {
             backend: backend.clone(),
             shutdown: shutdown.clone(),
         });
+        self.volume
+            .counters
+            .connected
+            .store(true, Ordering::Release);
         if self.stopping.load(Ordering::Acquire) {
             shutdown.shutdown();
         }
@@ -199,6 +213,10 @@ impl<A: Admission> VolumeServer<A> {
         backend.handshake.ended();
         let _ = watchdog.join();
         self.lock().take();
+        self.volume
+            .counters
+            .connected
+            .store(false, Ordering::Release);
         // Dropping the daemon joins its worker thread, once told to end; dropping the
         // backend then waits for any I/O still in the kernel.
         backend.end_worker_thread();
@@ -268,19 +286,57 @@ impl<A: Admission> VolumeServer<A> {
     }
 }
 
+impl<A: Admission> VolumeServer<A> {
+    /// Whether a frontend is connected now.
+    pub fn connected(&self) -> bool {
+        self.lock().is_some()
+    }
+
+    /// Stops serving for good, for the volume's removal: refused while a frontend is
+    /// connected unless `force`, which completes its in-flight requests and closes the
+    /// connection first. Returns once the connection's thread has ended, so nothing of
+    /// the volume is in flight or waiting any more; the socket file is gone.
+    pub fn remove(&self, force: bool) -> Result<(), RemoveError> {
+        if !force && self.connected() {
+            return Err(RemoveError::Connected);
+        }
+        // A frontend accepted between the check and here is closed like a forced one.
+        self.stop();
+        let thread = self
+            .connection_thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
+        Ok(())
+    }
+}
+
 impl<A: Admission> Acceptable for VolumeServer<A> {
     fn accept_ready(self: Arc<Self>) {
         if self.stopping.load(Ordering::Acquire) {
             return;
         }
         let s = Arc::clone(&self);
+        // Held across the spawn: `remove` takes the handle only once it is stored.
+        let mut thread = self
+            .connection_thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let spawned = std::thread::Builder::new()
             .name(format!("vol-{}", self.volume.name))
             .spawn(move || s.serve_connection());
-        if let Err(e) = spawned {
-            tracing::error!(volume = %self.volume.name, "cannot start a thread for a frontend ({e}): turned away");
-            self.turn_away();
-            self.arm();
+        match spawned {
+            // The previous connection's thread has ended: the socket is armed only then.
+            Ok(handle) => *thread = Some(handle),
+            Err(e) => {
+                drop(thread);
+                tracing::error!(volume = %self.volume.name, "cannot start a thread for a frontend ({e}): turned away");
+                self.turn_away();
+                self.arm();
+            }
         }
     }
 }

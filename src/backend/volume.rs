@@ -44,6 +44,8 @@ pub struct VolumeCounters {
     /// Requests that went through the O_DIRECT bounce buffer.
     pub bounced: AtomicU64,
     pub connections: AtomicU64,
+    /// A frontend is connected now.
+    pub connected: std::sync::atomic::AtomicBool,
 }
 
 impl VolumeCounters {

@@ -136,7 +136,7 @@ impl GroupConfig {
     }
 }
 
-#[derive(Clone, Debug, Deserialize, Serialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct GroupConfig {
     pub name: String,
@@ -160,7 +160,7 @@ pub struct GroupConfig {
     pub latency_target: Option<crate::qos::LatencyTarget>,
 }
 
-#[derive(Clone, Debug, Deserialize, Serialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct VolumeConfig {
     pub name: String,
@@ -412,8 +412,12 @@ impl Config {
     }
 
     fn validate_volumes(&self) -> Result<(), ConfigError> {
-        if self.volumes.is_empty() {
-            return Err(invalid("volume", "at least one [[volume]] is required"));
+        if self.volumes.is_empty() && self.control.socket.is_none() {
+            return Err(invalid(
+                "volume",
+                "at least one [[volume]] is required (or a [control] socket, to add them at \
+                 run time)",
+            ));
         }
         let groups: HashSet<&str> = self.groups.iter().map(|g| g.name.as_str()).collect();
         let mut names = HashSet::new();

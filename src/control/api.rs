@@ -174,6 +174,9 @@ pub struct VolumeView {
     pub read_only: bool,
     /// Frontend connections accepted since start.
     pub connections: u64,
+    /// A frontend is connected now (a removal needs `force` then).
+    #[serde(default)]
+    pub connected: bool,
 }
 
 /// `GET /v1/volumes`.

@@ -17,10 +17,11 @@ use crate::calibration::Calibration;
 use crate::config::{Config, ROOT_GROUP};
 use crate::cost_model::ModelConfig;
 use crate::qos::{CapsConfig, QosConfig, QosDevice, ServiceChange, VolumeQos};
+use crate::volume_set::VolumeSet;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::time::Instant;
 
 /// A volume as the control plane sees it: its data-path counters and QoS handle.
@@ -29,18 +30,20 @@ pub type VolumeHandle = Arc<Volume<Arc<VolumeQos>>>;
 /// Counter samples for rates.
 #[derive(Debug, Default)]
 struct Rates {
-    last: Option<(Instant, Vec<[u64; 4]>)>,
+    last: Option<(Instant, HashMap<String, [u64; 4]>)>,
     /// Per volume `[reads/s, writes/s, read bytes/s, write bytes/s]`.
-    rates: Vec<[f64; 4]>,
+    rates: HashMap<String, [f64; 4]>,
     interval_s: f64,
 }
 
 /// The shared state of the control plane.
 pub struct Control {
     pub qos: Arc<QosDevice>,
-    pub volumes: Vec<VolumeHandle>,
-    /// The config file as loaded (the `config` source of every value).
-    pub config: Config,
+    /// The volumes served; the control plane adds and removes them.
+    pub volume_set: Arc<VolumeSet>,
+    /// The config as the daemon runs it (the `config` source of every value): the file,
+    /// with the volumes and groups added and removed at run time (the state file's).
+    config: RwLock<Config>,
     pub state_path: PathBuf,
     state: Mutex<RuntimeState>,
     /// Woken after QoS/model changes.
@@ -79,15 +82,15 @@ fn check_weight(weight: u32) -> Result<(), ApiError> {
 impl Control {
     pub fn new(
         qos: Arc<QosDevice>,
-        volumes: Vec<VolumeHandle>,
+        volume_set: Arc<VolumeSet>,
         config: Config,
         state_path: PathBuf,
         planner: Option<std::thread::Thread>,
     ) -> Self {
         Control {
             qos,
-            volumes,
-            config,
+            volume_set,
+            config: RwLock::new(config),
             state_path,
             state: Mutex::new(RuntimeState::default()),
             planner,
@@ -95,6 +98,25 @@ impl Control {
             started: Instant::now(),
             calibrated: None,
         }
+    }
+
+    /// The config as the daemon runs it.
+    pub fn config(&self) -> RwLockReadGuard<'_, Config> {
+        self.config.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The running config, to change (volumes and groups added or removed).
+    pub(super) fn config_mut(&self) -> std::sync::RwLockWriteGuard<'_, Config> {
+        self.config.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every volume, in creation order.
+    pub fn handles(&self) -> Vec<VolumeHandle> {
+        self.volume_set
+            .list()
+            .iter()
+            .map(|s| s.volume.clone())
+            .collect()
     }
 
     /// The daemon runs with this calibrated model (see [`super::calibrated`]).
@@ -136,7 +158,7 @@ impl Control {
                 value: c.model.clone(),
                 source: Source::Calibrated,
             },
-            _ => Sourced::pick(self.config.device.model.clone(), st.model.clone()),
+            _ => Sourced::pick(self.config().device.model.clone(), st.model.clone()),
         }
     }
 
@@ -147,16 +169,16 @@ impl Control {
         let mut st = RuntimeState::load(&self.state_path)?;
         let before = st.clone();
         let group_known =
-            |g: &str| g == ROOT_GROUP || self.config.groups.iter().any(|c| c.name == g);
+            |g: &str| g == ROOT_GROUP || self.config().groups.iter().any(|c| c.name == g);
         st.groups.retain(|name, _| {
-            let keep = self.config.groups.iter().any(|g| &g.name == name);
+            let keep = self.config().groups.iter().any(|g| &g.name == name);
             if !keep {
                 tracing::warn!(group = %name, "state file: no such group any more; dropped");
             }
             keep
         });
         st.volumes.retain(|name, o| {
-            if !self.volumes.iter().any(|v| &v.name == name) {
+            if !self.handles().iter().any(|v| &v.name == name) {
                 tracing::warn!(volume = %name, "state file: no such volume any more; dropped");
                 return false;
             }
@@ -249,7 +271,7 @@ impl Control {
 
     /// Record `change` in the state file, then apply it with `apply`; on failure
     /// neither happens.
-    fn commit(
+    pub(super) fn commit(
         &self,
         change: impl FnOnce(&mut RuntimeState),
         apply: impl FnOnce() -> Result<(), ApiError>,
@@ -287,7 +309,7 @@ impl Control {
         let stats = self.qos.stats();
         DeviceView {
             model: self.model_sourced(&st),
-            qos: Sourced::pick(self.config.device.qos.clone(), st.qos.clone()),
+            qos: Sourced::pick(self.config().device.qos.clone(), st.qos.clone()),
             effective: EffectiveQos {
                 enable: p.enable,
                 rpct: f64::from(p.rppm) / 10_000.0,
@@ -336,7 +358,7 @@ impl Control {
 
     fn group_view(&self, st: &RuntimeState, info: &crate::qos::NodeInfo) -> GroupView {
         let cfg_weight = self
-            .config
+            .config()
             .groups
             .iter()
             .find(|g| g.name == info.name)
@@ -468,7 +490,8 @@ impl Control {
 
     fn volume_view(&self, st: &RuntimeState, v: &VolumeHandle) -> VolumeView {
         let info = self.qos.volumes().into_iter().find(|i| i.name == v.name);
-        let cfg = self.config.volumes.iter().find(|c| c.name == v.name);
+        let config = self.config();
+        let cfg = config.volumes.iter().find(|c| c.name == v.name);
         let cfg_weight = cfg.map(|c| c.weight).unwrap_or_default();
         let cfg_group = cfg
             .and_then(|c| c.group.clone())
@@ -517,12 +540,13 @@ impl Control {
             offset: v.host_offset,
             read_only: v.limits.read_only,
             connections: v.counters.connections.load(Relaxed),
+            connected: v.counters.connected.load(Relaxed),
         }
     }
 
-    fn find_volume(&self, name: &str) -> Result<&VolumeHandle, ApiError> {
-        self.volumes
-            .iter()
+    fn find_volume(&self, name: &str) -> Result<VolumeHandle, ApiError> {
+        self.handles()
+            .into_iter()
             .find(|v| v.name == name)
             .ok_or_else(|| ApiError::not_found(format!("no volume named {name:?}")))
     }
@@ -531,7 +555,7 @@ impl Control {
         let st = lock(&self.state);
         VolumeList {
             volumes: self
-                .volumes
+                .handles()
                 .iter()
                 .map(|v| self.volume_view(&st, v))
                 .collect(),
@@ -540,7 +564,7 @@ impl Control {
 
     pub fn volume(&self, name: &str) -> Result<VolumeView, ApiError> {
         let v = self.find_volume(name)?;
-        Ok(self.volume_view(&lock(&self.state), v))
+        Ok(self.volume_view(&lock(&self.state), &v))
     }
 
     pub fn patch_volume(&self, name: &str, patch: VolumePatch) -> Result<VolumeView, ApiError> {
@@ -636,14 +660,22 @@ impl Control {
     /// server samples once per second).
     pub fn sample(&self) {
         let now = Instant::now();
-        let cur: Vec<[u64; 4]> = self.volumes.iter().map(Self::counters).collect();
+        let cur: HashMap<String, [u64; 4]> = self
+            .handles()
+            .iter()
+            .map(|v| (v.name.clone(), Self::counters(v)))
+            .collect();
         let mut r = lock(&self.rates);
         if let Some((at, prev)) = &r.last {
             let dt = now.duration_since(*at).as_secs_f64().max(1e-3);
+            // A volume added since the last sample has no rate yet.
             let rates = cur
                 .iter()
-                .zip(prev)
-                .map(|(c, p)| std::array::from_fn(|i| c[i].saturating_sub(p[i]) as f64 / dt))
+                .filter_map(|(name, c)| {
+                    let p = prev.get(name)?;
+                    let rate = std::array::from_fn(|i| c[i].saturating_sub(p[i]) as f64 / dt);
+                    Some((name.clone(), rate))
+                })
                 .collect();
             r.rates = rates;
             r.interval_s = dt;
@@ -662,10 +694,9 @@ impl Control {
             (r.rates.clone(), r.interval_s)
         };
         let selected: Vec<VolumeStatsView> = self
-            .volumes
+            .handles()
             .iter()
-            .enumerate()
-            .filter_map(|(i, v)| {
+            .filter_map(|v| {
                 let q = qos_stats.get(v.name.as_str()).copied();
                 let info = infos.get(v.name.as_str()).copied();
                 let group = info
@@ -675,7 +706,7 @@ impl Control {
                 if !filter.matches(&v.name, &group, active) {
                     return None;
                 }
-                let rate = rates.get(i).copied().unwrap_or_default();
+                let rate = rates.get(&v.name).copied().unwrap_or_default();
                 let c = &v.counters;
                 Some(VolumeStatsView {
                     name: v.name.clone(),

@@ -40,6 +40,55 @@ pub enum CtlCommand {
     Volumes,
     /// List groups: parent, weight, member volumes, caps.
     Groups,
+    /// Add a volume at runtime (persistently): its socket listens when this returns.
+    /// Without --offset or --path the daemon allocates the first free range of the
+    /// device. More keys of `[[volume]]` as KEY=VALUE (e.g. `num_queues=4`).
+    AddVolume {
+        /// The volume's name.
+        name: String,
+        /// Its vhost-user socket (the path the frontend connects to; `--socket` is the
+        /// control socket).
+        #[arg(long, value_name = "PATH")]
+        vhost_socket: String,
+        /// Capacity, e.g. "10GiB".
+        #[arg(long)]
+        size: String,
+        /// First byte on the device (default: allocated).
+        #[arg(long, conflicts_with = "path")]
+        offset: Option<String>,
+        /// An image file or block device of its own (created with --size if missing).
+        #[arg(long)]
+        path: Option<String>,
+        /// Its group (default: the root).
+        #[arg(long)]
+        group: Option<String>,
+        /// Weight, 1..10000 (default 100).
+        #[arg(long)]
+        weight: Option<u32>,
+        /// Further `[[volume]]` keys, e.g. `num_queues=4 read_only=true`.
+        #[arg(value_name = "KEY=VALUE")]
+        keys: Vec<String>,
+    },
+    /// Remove a volume at runtime (persistently). Refused while a frontend is connected
+    /// unless --force, which completes its in-flight requests and disconnects it first.
+    /// Its data (range or file) is left as it is.
+    RemoveVolume {
+        name: String,
+        #[arg(long)]
+        force: bool,
+    },
+    /// Add a group at runtime (persistently).
+    AddGroup {
+        name: String,
+        /// Parent group (default: the root).
+        #[arg(long)]
+        parent: Option<String>,
+        /// Weight, 1..10000 (default 100).
+        #[arg(long)]
+        weight: Option<u32>,
+    },
+    /// Remove an empty group at runtime (persistently).
+    RemoveGroup { name: String },
     /// Set the weight (1..10000) of a volume or group, at runtime and persistently.
     SetWeight {
         /// Volume or group name.
@@ -126,6 +175,16 @@ impl Api {
         client::request(&self.socket, method, path, body.as_deref()).map_err(|e| e.to_string())
     }
 
+    /// A call that must succeed (2xx) and answers nothing.
+    fn done(&self, method: &str, path: &str) -> Result<(), String> {
+        let r = self.call(method, path, None)?;
+        if (200..300).contains(&r.status) {
+            Ok(())
+        } else {
+            Err(r.error_message())
+        }
+    }
+
     /// A call that must succeed (2xx); returns the JSON body.
     fn ok(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value, String> {
         let r = self.call(method, path, body)?;
@@ -206,6 +265,76 @@ pub fn run(args: &CtlArgs) -> Result<(), String> {
                 return print_json(&v);
             }
             print!("{}", format_groups(&decode(v)?));
+        }
+        CtlCommand::AddVolume {
+            name,
+            vhost_socket: socket,
+            size,
+            offset,
+            path,
+            group,
+            weight,
+            keys,
+        } => {
+            let mut body = key_values(keys)?;
+            body.insert("name".into(), json!(name));
+            body.insert("socket".into(), json!(socket));
+            body.insert("size".into(), json!(size));
+            let optional = [
+                ("offset", offset.as_ref().map(|o| json!(o))),
+                ("path", path.as_ref().map(|p| json!(p))),
+                ("group", group.as_ref().map(|g| json!(g))),
+                ("weight", weight.map(|w| json!(w))),
+            ];
+            for (key, value) in optional {
+                if let Some(value) = value {
+                    body.insert(key.into(), value);
+                }
+            }
+            let v = api.ok("POST", "/v1/volumes", Some(&Value::Object(body)))?;
+            if args.json {
+                return print_json(&v);
+            }
+            match v["path"].as_str() {
+                Some(p) => println!("volume {name}: added, file {p}, socket {socket}"),
+                None => println!(
+                    "volume {name}: added at offset {}, socket {socket}",
+                    v["offset"]
+                ),
+            }
+        }
+        CtlCommand::RemoveVolume { name, force } => {
+            let query = if *force { "?force=true" } else { "" };
+            api.done(
+                "DELETE",
+                &format!("/v1/volumes/{}{query}", encode_segment(name)),
+            )?;
+            println!("volume {name}: removed");
+        }
+        CtlCommand::AddGroup {
+            name,
+            parent,
+            weight,
+        } => {
+            let mut body = json!({ "name": name });
+            if let Some(p) = parent {
+                body["parent"] = json!(p);
+            }
+            if let Some(w) = weight {
+                body["weight"] = json!(w);
+            }
+            let v = api.ok("POST", "/v1/groups", Some(&body))?;
+            if args.json {
+                return print_json(&v);
+            }
+            println!(
+                "group {name}: added under {}",
+                v["parent"].as_str().unwrap_or("root")
+            );
+        }
+        CtlCommand::RemoveGroup { name } => {
+            api.done("DELETE", &format!("/v1/groups/{}", encode_segment(name)))?;
+            println!("group {name}: removed");
         }
         CtlCommand::SetWeight { name, weight } => {
             let (kind, v) = api.patch_node(name, &json!({ "weight": weight }))?;
@@ -431,13 +560,15 @@ fn format_class(
 
 /// `KEY=VALUE` pairs as a JSON object: numbers stay numbers, anything else ("200MiB")
 /// is passed as a string for the daemon to parse and check.
-fn key_values(pairs: &[String]) -> Result<Value, String> {
+fn key_values(pairs: &[String]) -> Result<serde_json::Map<String, Value>, String> {
     let mut caps = serde_json::Map::new();
     for pair in pairs {
         let (key, value) = pair
             .split_once('=')
             .ok_or_else(|| format!("{pair:?}: expected KEY=VALUE, e.g. iops=2000"))?;
-        let value = if let Ok(n) = value.parse::<u64>() {
+        let value = if let Ok(b) = value.parse::<bool>() {
+            Value::from(b)
+        } else if let Ok(n) = value.parse::<u64>() {
             Value::from(n)
         } else if let Ok(x) = value.parse::<f64>() {
             Value::from(x)
@@ -446,7 +577,7 @@ fn key_values(pairs: &[String]) -> Result<Value, String> {
         };
         caps.insert(key.to_owned(), value);
     }
-    Ok(Value::Object(caps))
+    Ok(caps)
 }
 
 /// The `groups` table.

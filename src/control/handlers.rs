@@ -72,11 +72,15 @@ pub fn routes() -> Routes {
         .add("GET", "/v1/device/model", get_model)
         .add("PUT", "/v1/device/model", put_model)
         .add("GET", "/v1/groups", get_groups)
+        .add("POST", "/v1/groups", post_group)
         .add("GET", "/v1/groups/{name}", get_group)
         .add("PATCH", "/v1/groups/{name}", patch_group)
+        .add("DELETE", "/v1/groups/{name}", delete_group)
         .add("GET", "/v1/volumes", get_volumes)
+        .add("POST", "/v1/volumes", post_volume)
         .add("GET", "/v1/volumes/{name}", get_volume)
         .add("PATCH", "/v1/volumes/{name}", patch_volume)
+        .add("DELETE", "/v1/volumes/{name}", delete_volume)
         .add("GET", "/v1/stats", get_stats)
         .add("GET", "/metrics", get_metrics)
 }
@@ -138,6 +142,53 @@ async fn patch_volume(
     c.volume(&name)?;
     let p: VolumePatch = parse_body(&body)?;
     Ok(Json(c.patch_volume(&name, p)?).into_response())
+}
+
+/// Runs `op` off the runtime's one thread: adding a volume may create and allocate its
+/// file, removing one waits for its requests.
+async fn blocking<T: Send + 'static>(
+    op: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(op)
+        .await
+        .map_err(|e| ApiError::internal(format!("the operation did not finish: {e}")))?
+}
+
+async fn post_volume(State(c): Ctx, body: Bytes) -> Result<Response, ApiError> {
+    let view = blocking(move || c.add_volume(&body)).await?;
+    Ok((StatusCode::CREATED, Json(view)).into_response())
+}
+
+async fn delete_volume(
+    State(c): Ctx,
+    Path(name): Path<String>,
+    uri: Uri,
+) -> Result<Response, ApiError> {
+    let force = force_of(uri.query())?;
+    blocking(move || c.remove_volume(&name, force)).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `?force=true` (or `false`); nothing else is accepted.
+fn force_of(query: Option<&str>) -> Result<bool, ApiError> {
+    match query.unwrap_or("") {
+        "" | "force=false" => Ok(false),
+        "force=true" => Ok(true),
+        other => Err(ApiError::field(
+            "force",
+            format!("the only query is force=true or force=false (got {other:?})"),
+        )),
+    }
+}
+
+async fn post_group(State(c): Ctx, body: Bytes) -> Result<Response, ApiError> {
+    let view = c.add_group(&body)?;
+    Ok((StatusCode::CREATED, Json(view)).into_response())
+}
+
+async fn delete_group(State(c): Ctx, Path(name): Path<String>) -> Result<Response, ApiError> {
+    c.remove_group(&name)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 async fn get_stats(State(c): Ctx, uri: Uri) -> Result<Response, ApiError> {

@@ -230,8 +230,9 @@ impl Collector for ControlCollector {
             None,
             MetricType::Histogram,
         )?;
+        let all = ctl.handles();
         let handles: std::collections::HashMap<&str, _> =
-            ctl.volumes.iter().map(|v| (v.name.as_str(), v)).collect();
+            all.iter().map(|v| (v.name.as_str(), v)).collect();
         for s in &stats.volumes {
             let Some(v) = handles.get(s.name.as_str()) else {
                 continue;

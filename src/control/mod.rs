@@ -4,7 +4,8 @@
 //! * [`server`]: the HTTP/1.1 server (axum on a private tokio runtime, own thread) and
 //!   the socket handling;
 //! * [`handlers`]: the routes; [`api`]: the JSON documents; [`error`]: error responses;
-//! * [`context`]: the operations behind the routes ([`Control`]);
+//! * [`context`]: the operations behind the routes ([`Control`]); [`nodes`]: adding and
+//!   removing volumes and groups;
 //! * [`state`]: the state file that makes runtime changes persistent;
 //! * [`calibrated`]: the calibrated model, measured at start-up and kept in the state file;
 //! * [`metrics`]: `GET /metrics`;
@@ -22,6 +23,7 @@ pub mod error;
 pub mod filter;
 pub(crate) mod handlers;
 pub(crate) mod metrics;
+pub(crate) mod nodes;
 pub mod server;
 pub mod state;
 
@@ -45,7 +47,7 @@ pub fn start(
     let ctl = Arc::new(
         Control::new(
             daemon.qos.clone(),
-            daemon.servers.iter().map(|s| s.volume.clone()).collect(),
+            daemon.volumes.clone(),
             config.clone(),
             state::state_path(config_path),
             Some(daemon.planner.clone()),

@@ -26,6 +26,7 @@
 //! applied at start-up.
 
 use crate::calibration::Calibration;
+use crate::config::{Config, GroupConfig, VolumeConfig};
 use crate::cost_model::ModelConfig;
 use crate::qos::{CapsConfig, Class, LatencyTarget, OpCapsConfig, QosConfig, ReserveConfig};
 use serde::{Deserialize, Serialize};
@@ -94,6 +95,16 @@ pub struct RuntimeState {
     /// The model measured at start-up when the config gives none (`crate::calibration`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calibrated: Option<Calibration>,
+    /// Groups added at run time (`POST /v1/groups`), as `[[group]]` tables.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub added_groups: Vec<GroupConfig>,
+    /// Volumes added at run time (`POST /v1/volumes`), as `[[volume]]` tables (an
+    /// allocated range as its `offset`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub added_volumes: Vec<VolumeConfig>,
+    /// Groups and volumes of the config file removed at run time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed: Vec<String>,
 }
 
 impl Default for RuntimeState {
@@ -105,6 +116,9 @@ impl Default for RuntimeState {
             groups: BTreeMap::new(),
             volumes: BTreeMap::new(),
             calibrated: None,
+            added_groups: Vec::new(),
+            added_volumes: Vec::new(),
+            removed: Vec::new(),
         }
     }
 }
@@ -177,7 +191,58 @@ impl RuntimeState {
             && self.model.is_none()
             && self.groups.is_empty()
             && self.volumes.is_empty()
+            && self.added_groups.is_empty()
+            && self.added_volumes.is_empty()
+            && self.removed.is_empty()
     }
+
+    /// The config the daemon runs: `file` without the groups and volumes removed at run
+    /// time, with those added, validated as a whole.
+    pub fn running_config(&self, file: &Config, path: &Path) -> Result<Config, String> {
+        let mut config = file.clone();
+        config.groups.retain(|g| !self.removed.contains(&g.name));
+        config.volumes.retain(|v| !self.removed.contains(&v.name));
+        config.groups.extend(self.added_groups.iter().cloned());
+        config.volumes.extend(self.added_volumes.iter().cloned());
+        if self.added_groups.is_empty() && self.added_volumes.is_empty() && self.removed.is_empty()
+        {
+            return Ok(config);
+        }
+        config.validate().map_err(|e| {
+            format!(
+                "state file {}: the groups and volumes added and removed at run time do not                  fit the config file any more ({e}); edit either so that they do",
+                path.display()
+            )
+        })?;
+        Ok(config)
+    }
+
+    /// Records that a group or volume was added at run time.
+    pub fn record_added(&mut self, node: Added) {
+        match node {
+            Added::Group(g) => self.added_groups.push(g),
+            Added::Volume(v) => self.added_volumes.push(*v),
+        }
+    }
+
+    /// Records that a group or volume was removed at run time, with its overrides.
+    pub fn record_removed(&mut self, name: &str) {
+        self.groups.remove(name);
+        self.volumes.remove(name);
+        let added = self.added_groups.len() + self.added_volumes.len();
+        self.added_groups.retain(|g| g.name != name);
+        self.added_volumes.retain(|v| v.name != name);
+        let was_added = self.added_groups.len() + self.added_volumes.len() < added;
+        if !was_added && !self.removed.iter().any(|r| r == name) {
+            self.removed.push(name.to_owned());
+        }
+    }
+}
+
+/// A group or volume added at run time.
+pub enum Added {
+    Group(GroupConfig),
+    Volume(Box<VolumeConfig>),
 }
 
 #[cfg(test)]

@@ -422,6 +422,64 @@ impl QosDevice {
         Ok(Arc::new(VolumeQos::new(Arc::clone(&self.shared), core)))
     }
 
+    /// Remove a volume (design §4.6): it leaves the active list and the weight tree at
+    /// once, as an idle one does, and its name is free again. The caller has ended its
+    /// connection: nothing of it is in flight or waiting, and its handle admits nothing
+    /// more.
+    pub fn remove_volume(&self, name: &str) -> Result<(), QosError> {
+        let mut st = self.shared.lock();
+        let id = Self::node_id(&st, name)?;
+        if st.tree.nodes[id].volume.is_none() {
+            return Err(QosError::NotAVolume(name.to_owned()));
+        }
+        if let Some(i) = st.active.iter().position(|(a, _)| *a == id) {
+            let (_, core) = st.active.swap_remove(i);
+            st.tree.propagate(id, 0, 0, None);
+            core.on_active.store(false, Release);
+            core.usage_ppm.store(0, Relaxed);
+            let now_ns = self.shared.clock.now_ns();
+            self.shared.set_nr_active(st.active.len(), now_ns);
+        }
+        st.tree.remove(id);
+        st.tree.weights_updated = true;
+        st.tree.commit_weights(&self.shared.hweight_gen);
+        self.shared.apply_reservations(&st);
+        Ok(())
+    }
+
+    /// Whether some group has a reservation (the planner splits those every period).
+    fn refresh_group_reserves(st: &mut DeviceState) {
+        st.group_reserves = st
+            .tree
+            .nodes
+            .iter()
+            .any(|n| n.volume.is_none() && n.reserve.is_some());
+    }
+
+    /// Remove a group that has no members (design §4.6).
+    pub fn remove_group(&self, name: &str) -> Result<(), QosError> {
+        let mut st = self.shared.lock();
+        let id = Self::node_id(&st, name)?;
+        if st.tree.nodes[id].volume.is_some() {
+            return Err(QosError::NotAGroup(name.to_owned()));
+        }
+        let members: Vec<String> = st
+            .tree
+            .children(id)
+            .map(|c| st.tree.nodes[c].name.clone())
+            .collect();
+        if !members.is_empty() {
+            return Err(QosError::NotEmpty {
+                name: name.to_owned(),
+                members: members.join(", "),
+            });
+        }
+        st.tree.remove(id);
+        Self::refresh_group_reserves(&mut st);
+        self.shared.apply_reservations(&st);
+        Ok(())
+    }
+
     /// Change the weight of a group or volume (design §4.5). Takes effect on the next
     /// admission of every affected volume.
     pub fn set_weight(&self, name: &str, weight: u32) -> Result<(), QosError> {
@@ -592,11 +650,7 @@ impl QosDevice {
             st.tree.nodes[id].reserve = old;
             return Err(e);
         }
-        st.group_reserves = st
-            .tree
-            .nodes
-            .iter()
-            .any(|n| n.volume.is_none() && n.reserve.is_some());
+        Self::refresh_group_reserves(&mut st);
         self.shared.apply_reservations(&st);
         Ok(())
     }
@@ -1001,7 +1055,7 @@ impl QosDevice {
             .nodes
             .iter()
             .skip(1)
-            .filter(|n| n.volume.is_none())
+            .filter(|n| n.volume.is_none() && !n.removed)
             .map(|n| Self::info(&st, n))
             .collect()
     }

@@ -18,6 +18,9 @@ pub enum QosError {
     /// The named node is a group where a volume is required.
     #[error("{0:?} is a group, not a volume")]
     NotAVolume(String),
+    /// A group that still has members cannot be removed.
+    #[error("group {name:?} is not empty: it holds {members}")]
+    NotEmpty { name: String, members: String },
     /// A QoS or cost-model configuration failed validation (the message names the key).
     #[error("{0}")]
     InvalidConfig(String),

@@ -460,3 +460,45 @@ fn a_latency_groups_volumes_feed_its_window() {
         .unwrap();
     assert!(feeds(&b) && feeds(&c));
 }
+
+/// Removing an active volume gives its share to its siblings at once (design §4.6); its
+/// name is free again; a group is removed only once empty.
+#[test]
+fn removed_nodes_leave_their_share_and_their_name() {
+    let (dev, _clock) = device(&qos_10ms());
+    dev.add_group("A", None, 100).unwrap();
+    let a0 = dev.add_volume("A0", Some("A"), 100).unwrap();
+    let a1 = dev.add_volume("A1", Some("A"), 100).unwrap();
+    let b = dev.add_volume("B", None, 100).unwrap();
+    for v in [&a0, &a1, &b] {
+        go(v.admit(&io_us(1)));
+    }
+    assert_eq!(a0.stats().hweight_active_raw, WEIGHT_ONE / 4);
+    dev.remove_volume("A1").unwrap();
+    go(a0.admit(&io_us(1)));
+    assert_eq!(a0.stats().hweight_active_raw, WEIGHT_ONE / 2);
+    assert_eq!(dev.stats().volumes.len(), 2);
+    assert!(matches!(
+        dev.remove_group("A"),
+        Err(QosError::NotEmpty { members, .. }) if members == "A0"
+    ));
+    dev.remove_volume("A0").unwrap();
+    go(b.admit(&io_us(1)));
+    assert_eq!(b.stats().hweight_active_raw, WEIGHT_ONE);
+    assert!(matches!(dev.remove_group("B"), Err(QosError::NotAGroup(_))));
+    assert!(matches!(
+        dev.remove_volume("A"),
+        Err(QosError::NotAVolume(_))
+    ));
+    dev.remove_group("A").unwrap();
+    assert!(dev.groups().is_empty());
+    let names: Vec<String> = dev.volumes().into_iter().map(|v| v.name).collect();
+    assert_eq!(names, ["B"]);
+    // The names can be used again, by either kind.
+    dev.add_volume("A", None, 100).unwrap();
+    dev.add_group("A1", None, 100).unwrap();
+    assert!(matches!(
+        dev.remove_volume("gone"),
+        Err(QosError::UnknownName(_))
+    ));
+}

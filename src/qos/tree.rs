@@ -66,6 +66,9 @@ pub(crate) struct TreeNode {
     /// Active children that are foreground: normal or latency volumes, or groups with
     /// such a child. A group without one is itself background.
     pub fg_children: u32,
+    /// Removed at runtime ([`Tree::remove`]): the slot stays so that ids stay valid, but
+    /// the node has no name, no children and no share of anything.
+    pub removed: bool,
 }
 
 impl TreeNode {
@@ -90,6 +93,7 @@ impl TreeNode {
             boost: 1.0,
             group_window: None,
             fg_children: 0,
+            removed: false,
         }
     }
 
@@ -160,6 +164,29 @@ impl Tree {
         self.nodes.push(node);
         self.by_name.insert(name.to_owned(), id);
         id
+    }
+
+    /// Children of `id` that are not removed.
+    pub(crate) fn children(&self, id: NodeId) -> impl Iterator<Item = NodeId> + '_ {
+        (1..self.nodes.len())
+            .filter(move |&c| !self.nodes[c].removed && self.nodes[c].parent() == Some(id))
+    }
+
+    /// Takes an inactive, childless node out of the tree: its name is free again and it
+    /// holds no reservation, caps or volume. Its slot stays (ids index per-node state
+    /// elsewhere).
+    pub(crate) fn remove(&mut self, id: NodeId) {
+        let node = &mut self.nodes[id];
+        self.by_name.remove(&node.name);
+        node.name.clear();
+        node.removed = true;
+        node.volume = None;
+        node.reserve = None;
+        node.caps = None;
+        node.op_caps = None;
+        node.latency = false;
+        node.group_window = None;
+        self.volumes.retain(|&v| v != id);
     }
 
     /// Move leaf `id` under `parent`. The caller must have taken the leaf out of its old

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use vhost_iocost::loadgen;
 
-use crate::daemon::{config, control_get, volume, volume_stats, DaemonProcess};
+use crate::daemon::{config, control_get, ctl, volume, volume_stats, DaemonProcess};
 use crate::devices::{reader, DEFAULTS, SLOW_DEVICE};
 
 /// On the emulated slow device (20k random reads/s), a volume capped at 2000 IOPS does
@@ -39,21 +39,6 @@ fn a_2000_iops_cap_holds_beside_an_uncapped_neighbour() {
     assert!(free.iops > 1.2 * capped.iops, "free {:.0} IOPS", free.iops);
     assert!(volume_stats(&d, "capped")["capped"].as_u64().unwrap() > 0);
     assert_eq!(volume_stats(&d, "free")["capped"], 0);
-}
-
-/// `vhost-iocost ctl --socket <daemon's control socket> ARGS...`; returns stdout, panics
-/// with stderr when it fails.
-fn ctl(d: &DaemonProcess, args: &[&str]) -> String {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vhost-iocost"))
-        .arg("ctl")
-        .arg("--socket")
-        .arg(d.path("control.sock"))
-        .args(args)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "ctl {args:?}: {stderr}");
-    String::from_utf8(out.stdout).unwrap()
 }
 
 fn patch(d: &DaemonProcess, path: &str, body: serde_json::Value) -> serde_json::Value {

@@ -303,7 +303,7 @@ fn every_endpoint_answers_and_refuses_bad_input() {
 
     // --- routing ---
     not_found(&d, "GET", "/v1/nothing", None);
-    let r = call(&d, "DELETE", "/v1/volumes/a", None);
+    let r = call(&d, "PUT", "/v1/volumes/a", None);
     assert_eq!(r.status, 405);
     // Every (method, path) of docs/openapi.json is served (none falls to the fallback
     // or is refused as a wrong method).

@@ -219,3 +219,42 @@ pub fn control_get(d: &DaemonProcess, path: &str) -> serde_json::Value {
         .and_then(|r| r.json())
         .unwrap_or_else(|e| panic!("GET {path}: {e}"))
 }
+
+/// `method path` with a JSON body on the daemon's control socket: the status and the
+/// JSON answer (null when there is none).
+pub fn control_call(
+    d: &DaemonProcess,
+    method: &str,
+    path: &str,
+    body: Option<&serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    let body = body.map(|b| b.to_string());
+    let r = vhost_iocost::control::client::request(
+        &d.path("control.sock"),
+        method,
+        path,
+        body.as_deref(),
+    )
+    .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+    let json = if r.body.trim().is_empty() {
+        serde_json::Value::Null
+    } else {
+        r.json().unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    };
+    (r.status, json)
+}
+
+/// `vhost-iocost ctl --socket <daemon's control socket> ARGS...`; returns stdout, panics
+/// with stderr when it fails.
+pub fn ctl(d: &DaemonProcess, args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vhost-iocost"))
+        .arg("ctl")
+        .arg("--socket")
+        .arg(d.path("control.sock"))
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "ctl {args:?}: {stderr}");
+    String::from_utf8(out.stdout).unwrap()
+}

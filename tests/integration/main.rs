@@ -15,6 +15,7 @@ mod emulated;
 mod faults;
 mod guest;
 mod hostile;
+mod hot_plug;
 mod libvirt;
 mod malformed;
 mod operations;

@@ -1,0 +1,159 @@
+//! The volumes a daemon serves, which the control plane adds to and removes from while
+//! the others keep running (issue #15). Each volume is a QoS leaf, a [`Volume`] and a
+//! [`VolumeServer`] listening on its socket; adding makes all three (or none), removing
+//! ends the connection first, then takes the leaf out of the weight tree (design §4.6).
+
+use crate::backend::acceptor::Acceptor;
+use crate::backend::disk::HostDisk;
+use crate::backend::server::{RemoveError, VolumeServer};
+use crate::backend::volume::{SharedDisk, Volume};
+use crate::config::{DeviceConfig, VolumeConfig, ROOT_GROUP};
+use crate::qos::{QosDevice, VolumeQos};
+use std::sync::{Arc, Mutex, RwLock};
+
+/// A served volume.
+pub type Server = VolumeServer<Arc<VolumeQos>>;
+
+/// Why a volume could not be added or removed.
+#[derive(Debug, thiserror::Error)]
+pub enum VolumeSetError {
+    #[error("no volume named {0:?}")]
+    Unknown(String),
+    #[error("volume {name:?}: {source}")]
+    Busy { name: String, source: RemoveError },
+    /// The message names the key (`volume[3] "x".path: ...`).
+    #[error("{0}")]
+    Invalid(String),
+    #[error("volume {name:?}: {message}")]
+    Failed { name: String, message: String },
+}
+
+pub struct VolumeSet {
+    pub qos: Arc<QosDevice>,
+    shared: Arc<SharedDisk>,
+    acceptor: Arc<Acceptor>,
+    device: DeviceConfig,
+    servers: RwLock<Vec<Arc<Server>>>,
+    /// One addition or removal at a time: each checks names, then changes three places.
+    changing: Mutex<()>,
+}
+
+impl VolumeSet {
+    pub fn new(
+        qos: Arc<QosDevice>,
+        shared: Arc<SharedDisk>,
+        acceptor: Arc<Acceptor>,
+        device: DeviceConfig,
+    ) -> Self {
+        VolumeSet {
+            qos,
+            shared,
+            acceptor,
+            device,
+            servers: RwLock::new(Vec::new()),
+            changing: Mutex::new(()),
+        }
+    }
+
+    /// Every volume, in the order they were added.
+    pub fn list(&self) -> Vec<Arc<Server>> {
+        self.servers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The shared disk's size and logical block size (what ranges are checked against).
+    pub fn disk_geometry(&self) -> (u64, u64) {
+        (self.shared.disk.size, self.shared.disk.block_size)
+    }
+
+    /// Opens the volume's own file if it has one, makes its QoS leaf and starts listening
+    /// on its socket; on failure nothing of it is left. `index` names it in errors
+    /// (`volume[index]`). The config is validated by the caller.
+    pub fn add(&self, v: &VolumeConfig, index: usize) -> Result<Arc<Server>, VolumeSetError> {
+        let _one = self.changing.lock().unwrap_or_else(|e| e.into_inner());
+        let own_disk = v
+            .path
+            .as_deref()
+            .map(|path| HostDisk::open_volume(&v.key(index, "path"), path, v.size.0, &self.device))
+            .transpose()
+            .map_err(|e| VolumeSetError::Invalid(e.to_string()))?;
+        let socket_gid = v
+            .socket_gid(index)
+            .map_err(|e| VolumeSetError::Invalid(e.to_string()))?;
+        let failed = |message: String| VolumeSetError::Failed {
+            name: v.name.clone(),
+            message,
+        };
+        let handle = self
+            .qos
+            .add_volume(
+                &v.name,
+                v.group.as_deref().filter(|g| *g != ROOT_GROUP),
+                v.weight,
+            )
+            .map_err(|e| failed(e.to_string()))?;
+        let started = self
+            .qos
+            .set_volume_policy(&v.name, &v.policy())
+            .map_err(|e| e.to_string())
+            .and_then(|()| {
+                let mut volume = Volume::new(v, self.shared.clone(), own_disk, handle);
+                volume.socket_gid = socket_gid;
+                VolumeServer::start(Arc::new(volume), &self.acceptor).map_err(|e| e.to_string())
+            });
+        match started {
+            Ok(server) => {
+                self.servers
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(server.clone());
+                Ok(server)
+            }
+            Err(message) => {
+                let _ = self.qos.remove_volume(&v.name);
+                Err(failed(message))
+            }
+        }
+    }
+
+    /// Removes a volume: refused while a frontend is connected unless `force`, which
+    /// completes its in-flight requests and closes the connection first. Its socket file
+    /// is removed; its own file (`path`) or its range of the device is left as it is.
+    pub fn remove(&self, name: &str, force: bool) -> Result<(), VolumeSetError> {
+        let _one = self.changing.lock().unwrap_or_else(|e| e.into_inner());
+        let server = self
+            .list()
+            .into_iter()
+            .find(|s| s.volume.name == name)
+            .ok_or_else(|| VolumeSetError::Unknown(name.to_owned()))?;
+        server
+            .remove(force)
+            .map_err(|source| VolumeSetError::Busy {
+                name: name.to_owned(),
+                source,
+            })?;
+        self.servers
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|s| !Arc::ptr_eq(s, &server));
+        self.qos
+            .remove_volume(name)
+            .map_err(|e| VolumeSetError::Failed {
+                name: name.to_owned(),
+                message: e.to_string(),
+            })?;
+        tracing::info!(volume = %name, force, "volume removed");
+        Ok(())
+    }
+
+    /// Completes in-flight I/O of every connected frontend, closes the connections and
+    /// removes the sockets.
+    pub fn stop(&self) {
+        for s in self.list() {
+            s.stop();
+        }
+        self.acceptor.stop();
+    }
+}
