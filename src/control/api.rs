@@ -67,6 +67,8 @@ pub struct ModelView {
 #[serde(deny_unknown_fields)]
 pub struct GroupPatch {
     pub weight: Option<u32>,
+    /// Move the group, with everything under it, under this group (`"root"`: the top).
+    pub parent: Option<String>,
     /// New caps on the sum of the group's volumes; `{}` removes them.
     pub caps: Option<CapsConfig>,
     /// New reservation for the group's volumes together; `{}` removes it.
@@ -82,7 +84,8 @@ pub struct GroupPatch {
 #[serde(deny_unknown_fields)]
 pub struct VolumePatch {
     pub weight: Option<u32>,
-    /// A group name, or `"root"`.
+    /// A group name, or `"root"` (`parent` is the same key).
+    #[serde(alias = "parent")]
     pub group: Option<String>,
     /// New caps; `{}` removes them.
     pub caps: Option<CapsConfig>,

@@ -445,12 +445,28 @@ impl Control {
             && patch.reserve.is_none()
             && patch.class.is_none()
             && patch.latency_target.is_none()
+            && patch.parent.is_none()
         {
             return self.group(name);
+        }
+        // A move is checked as the config would be (unknown parent, a cycle).
+        let mut config = self.config_mut();
+        let mut next = config.clone();
+        if let Some(parent) = &patch.parent {
+            if let Some(g) = next.groups.iter_mut().find(|g| g.name == name) {
+                g.parent = Some(parent.clone()).filter(|p| p != ROOT_GROUP);
+            }
+            next.validate().map_err(|e| match e {
+                crate::config::ConfigError::Invalid { message, .. } => {
+                    ApiError::field("parent", message)
+                }
+                other => ApiError::field("parent", other),
+            })?;
         }
         self.commit(
             |s| {
                 let o = s.groups.entry(name.to_owned()).or_default();
+                o.parent = patch.parent.clone().or(o.parent.take());
                 o.weight = patch.weight.or(o.weight);
                 o.caps = patch.caps.or(o.caps);
                 o.reserve = patch.reserve.or(o.reserve);
@@ -479,9 +495,17 @@ impl Control {
                         .set_group_class(name, patch.class, patch.latency_target)
                         .map_err(ApiError::from_qos)?;
                 }
+                if let Some(parent) = &patch.parent {
+                    let parent = Some(parent.as_str()).filter(|p| *p != ROOT_GROUP);
+                    self.qos
+                        .move_group(name, parent)
+                        .map_err(|e| ApiError::field("parent", e))?;
+                }
                 Ok(())
             },
         )?;
+        *config = next;
+        drop(config);
         tracing::info!(group = %name, ?patch, "control: group changed");
         self.group(name)
     }

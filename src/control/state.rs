@@ -43,6 +43,9 @@ pub const STATE_VERSION: u32 = 1;
 pub struct GroupOverride {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<u32>,
+    /// Parent group; `"root"` = the top level.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
     /// `{}` = caps removed at runtime.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caps: Option<CapsConfig>,
@@ -204,7 +207,19 @@ impl RuntimeState {
         config.volumes.retain(|v| !self.removed.contains(&v.name));
         config.groups.extend(self.added_groups.iter().cloned());
         config.volumes.extend(self.added_volumes.iter().cloned());
-        if self.added_groups.is_empty() && self.added_volumes.is_empty() && self.removed.is_empty()
+        // Groups moved at run time are built where they went (moved one by one, the
+        // moves could pass through a cycle).
+        let mut moved = false;
+        for g in &mut config.groups {
+            if let Some(parent) = self.groups.get(&g.name).and_then(|o| o.parent.as_ref()) {
+                g.parent = Some(parent.clone()).filter(|p| p != crate::config::ROOT_GROUP);
+                moved = true;
+            }
+        }
+        if !moved
+            && self.added_groups.is_empty()
+            && self.added_volumes.is_empty()
+            && self.removed.is_empty()
         {
             return Ok(config);
         }
@@ -289,6 +304,7 @@ mod tests {
             "g".into(),
             GroupOverride {
                 weight: Some(5),
+                parent: None,
                 caps: Some(CapsConfig::default()),
                 reserve: None,
                 class: Some(Class::Latency),

@@ -447,6 +447,58 @@ impl QosDevice {
         Ok(())
     }
 
+    /// Move a group, with everything under it, under `parent` (None = the root; design
+    /// §4.5): it leaves its old parent's sums as if it went idle, the paths of its
+    /// volumes are rebuilt, and it re-enters the new parent with its volumes' state.
+    pub fn move_group(&self, name: &str, parent: Option<&str>) -> Result<(), QosError> {
+        let mut st = self.shared.lock();
+        let id = Self::node_id(&st, name)?;
+        if st.tree.nodes[id].volume.is_some() {
+            return Err(QosError::NotAGroup(name.to_owned()));
+        }
+        let parent_id = Self::parent_id(&st, parent)?;
+        if st.tree.nodes[parent_id].ancestors.contains(&id) {
+            return Err(QosError::Cycle {
+                name: name.to_owned(),
+                parent: parent.unwrap_or_default().to_owned(),
+            });
+        }
+        if st.tree.nodes[id].parent() == Some(parent_id) {
+            return Ok(());
+        }
+        let cells = Arc::clone(&st.tree.nodes[id].weights);
+        let was_active = cells.active.load(Relaxed) != 0;
+        if was_active {
+            st.tree.propagate(id, 0, 0, None);
+        }
+        st.tree.reparent(id, parent_id);
+        let now_ns = self.shared.clock.now_ns();
+        let volumes: Vec<NodeId> = st.tree.volumes_under(id).collect();
+        for &v in &volumes {
+            if let Some(core) = st.tree.nodes[v].volume.clone() {
+                core.set_path(st.tree.path(v));
+                Self::refresh_caps_path(&st, v);
+                Self::refresh_latency_group(&st, v, now_ns);
+            }
+        }
+        if was_active {
+            // A group's own active weight follows from its weight and its children.
+            let weight = cells.weight.load(Relaxed);
+            let now = self.shared.now();
+            st.tree.propagate(id, weight, weight, Some(now.vnow));
+        }
+        st.tree.weights_updated = true;
+        st.tree.commit_weights(&self.shared.hweight_gen);
+        let generation = self.shared.hweight_gen.load(Acquire);
+        for &v in &volumes {
+            if let Some(core) = &st.tree.nodes[v].volume {
+                core.invalidate_hweights(generation);
+            }
+        }
+        self.shared.apply_reservations(&st);
+        Ok(())
+    }
+
     /// Whether some group has a reservation (the planner splits those every period).
     fn refresh_group_reserves(st: &mut DeviceState) {
         st.group_reserves = st

@@ -18,6 +18,9 @@ pub enum QosError {
     /// The named node is a group where a volume is required.
     #[error("{0:?} is a group, not a volume")]
     NotAVolume(String),
+    /// A group cannot move inside itself.
+    #[error("group {name:?} cannot move under {parent:?}, which is inside it")]
+    Cycle { name: String, parent: String },
     /// A group that still has members cannot be removed.
     #[error("group {name:?} is not empty: it holds {members}")]
     NotEmpty { name: String, members: String },

@@ -502,3 +502,48 @@ fn removed_nodes_leave_their_share_and_their_name() {
         Err(QosError::UnknownName(_))
     ));
 }
+
+/// A group moves with its volumes (design §4.5): their hweights follow the new parent at
+/// once, and a group cannot move inside itself.
+#[test]
+fn a_group_moves_with_its_volumes() {
+    let (dev, _clock) = device(&qos_10ms());
+    for g in ["A", "B", "C"] {
+        dev.add_group(g, None, 100).unwrap();
+    }
+    let vols: Vec<_> = ["A0", "B0", "C0"]
+        .iter()
+        .zip(["A", "B", "C"])
+        .map(|(v, g)| dev.add_volume(v, Some(g), 100).unwrap())
+        .collect();
+    // Every volume active, then each one's share as its next admission sees it.
+    let shares = |vols: &[Arc<VolumeQos>]| -> Vec<u32> {
+        for v in vols {
+            go(v.admit(&io_us(1)));
+        }
+        vols.iter()
+            .map(|v| {
+                go(v.admit(&io_us(1)));
+                v.stats().hweight_active_raw
+            })
+            .collect()
+    };
+    let third = WEIGHT_ONE / 3;
+    assert!(shares(&vols).iter().all(|&s| s.abs_diff(third) <= 1));
+    dev.move_group("A", Some("C")).unwrap();
+    assert_eq!(
+        shares(&vols),
+        [WEIGHT_ONE / 4, WEIGHT_ONE / 2, WEIGHT_ONE / 4]
+    );
+    assert_eq!(dev.groups()[0].parent.as_deref(), Some("C"));
+    assert!(matches!(
+        dev.move_group("C", Some("A")),
+        Err(QosError::Cycle { .. })
+    ));
+    assert!(matches!(
+        dev.move_group("A0", None),
+        Err(QosError::NotAGroup(_))
+    ));
+    dev.move_group("A", None).unwrap();
+    assert!(shares(&vols).iter().all(|&s| s.abs_diff(third) <= 1));
+}

@@ -189,14 +189,24 @@ impl Tree {
         self.volumes.retain(|&v| v != id);
     }
 
-    /// Move leaf `id` under `parent`. The caller must have taken the leaf out of its old
-    /// parent's sums first (propagate it to zero) and re-propagate it afterwards.
+    /// Move node `id`, with everything under it, under `parent` (not inside `id`). The
+    /// caller must have taken `id` out of its old parent's sums first (propagate it to
+    /// zero) and re-propagate it afterwards.
     pub(crate) fn reparent(&mut self, id: NodeId, parent: NodeId) {
-        let mut ancestors = self.nodes[parent].ancestors.clone();
-        ancestors.push(id);
-        let node = &mut self.nodes[id];
-        node.level = ancestors.len() - 1;
-        node.ancestors = ancestors;
+        let old_level = self.nodes[id].level;
+        let prefix = &self.nodes[parent].ancestors;
+        let moved: Vec<(NodeId, Vec<NodeId>)> = (0..self.nodes.len())
+            .filter(|&n| !self.nodes[n].removed && self.nodes[n].ancestors.contains(&id))
+            .map(|n| {
+                let tail = &self.nodes[n].ancestors[old_level..];
+                (n, prefix.iter().chain(tail).copied().collect())
+            })
+            .collect();
+        for (n, ancestors) in moved {
+            let node = &mut self.nodes[n];
+            node.level = ancestors.len() - 1;
+            node.ancestors = ancestors;
+        }
     }
 
     /// The root-to-node path of weight cells.

@@ -266,3 +266,38 @@ fn ctl_adds_and_removes_groups_and_volumes() {
     assert_eq!(ctl(&d, &["remove-group", "g"]), "group g: removed\n");
     assert_eq!(control_get(&d, "/v1/groups")["groups"], json!([]));
 }
+
+/// A group moves with its volumes (`PATCH {"parent": ...}`), never inside itself, and
+/// stays moved after a restart; a volume takes `parent` as its group too.
+#[test]
+fn groups_move_under_other_groups_and_stay_there() {
+    let groups = "[[group]]\nname = \"dc\"\n[[group]]\nname = \"t\"\nparent = \"dc\"\n";
+    let volumes = format!("{groups}{}", volume("v", 0, 8, "group = \"t\""));
+    let d = DaemonProcess::start(&config(CONTROL, &volumes));
+    let patch = |d: &DaemonProcess, path: &str, body: serde_json::Value| {
+        control_call(d, "PATCH", path, Some(&body))
+    };
+    let (status, e) = patch(&d, "/v1/groups/dc", json!({ "parent": "t" }));
+    assert_eq!((status, e["field"].as_str()), (400, Some("parent")), "{e}");
+    assert!(e["error"].as_str().unwrap().contains("cycle"), "{e}");
+    let (status, _) = control_call(&d, "POST", "/v1/groups", Some(&json!({ "name": "dc2" })));
+    assert_eq!(status, 201);
+    let (status, t) = patch(&d, "/v1/groups/t", json!({ "parent": "dc2" }));
+    assert_eq!(status, 200, "{t}");
+    assert_eq!(t["parent"], "dc2");
+    assert_eq!(t["volumes"], json!(["v"]));
+    let (status, e) = patch(&d, "/v1/groups/t", json!({ "parent": "nowhere" }));
+    assert_eq!((status, e["field"].as_str()), (400, Some("parent")), "{e}");
+    let (status, v) = patch(&d, "/v1/volumes/v", json!({ "parent": "dc" }));
+    assert_eq!(
+        (status, v["group"]["value"].as_str()),
+        (200, Some("dc")),
+        "{v}"
+    );
+    let (status, dir) = d.stop();
+    assert!(status.success());
+
+    let d = DaemonProcess::start_in(dir, &config(CONTROL, &volumes));
+    assert_eq!(control_get(&d, "/v1/groups/t")["parent"], "dc2");
+    assert_eq!(control_get(&d, "/v1/volumes/v")["group"]["value"], "dc");
+}
