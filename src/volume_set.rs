@@ -36,6 +36,8 @@ pub struct VolumeSet {
     servers: RwLock<Vec<Arc<Server>>>,
     /// One addition or removal at a time: each checks names, then changes three places.
     changing: Mutex<()>,
+    /// Stopping: no volume is added any more.
+    stopped: std::sync::atomic::AtomicBool,
 }
 
 impl VolumeSet {
@@ -52,6 +54,7 @@ impl VolumeSet {
             device,
             servers: RwLock::new(Vec::new()),
             changing: Mutex::new(()),
+            stopped: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -69,23 +72,61 @@ impl VolumeSet {
     }
 
     /// Opens the volume's own file if it has one, makes its QoS leaf and starts listening
-    /// on its socket; on failure nothing of it is left. `index` names it in errors
-    /// (`volume[index]`). The config is validated by the caller.
-    pub fn add(&self, v: &VolumeConfig, index: usize) -> Result<Arc<Server>, VolumeSetError> {
+    /// on its socket; on failure nothing of it is left (a file it created is removed).
+    /// `index` names it in errors (`volume[index]`). `zero`: its range of the device was
+    /// allocated by the daemon and may hold a removed volume's data, so it is zeroed
+    /// first. The config is validated by the caller.
+    pub fn add(
+        &self,
+        v: &VolumeConfig,
+        index: usize,
+        zero: bool,
+    ) -> Result<Arc<Server>, VolumeSetError> {
         let _one = self.changing.lock().unwrap_or_else(|e| e.into_inner());
-        let own_disk = v
-            .path
-            .as_deref()
-            .map(|path| HostDisk::open_volume(&v.key(index, "path"), path, v.size.0, &self.device))
-            .transpose()
-            .map_err(|e| VolumeSetError::Invalid(e.to_string()))?;
+        if self.stopped.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(VolumeSetError::Failed {
+                name: v.name.clone(),
+                message: "the daemon is stopping".into(),
+            });
+        }
         let socket_gid = v
             .socket_gid(index)
             .map_err(|e| VolumeSetError::Invalid(e.to_string()))?;
+        let created = v.path.as_ref().filter(|p| !p.exists()).cloned();
+        let result = self.add_opened(v, index, zero, socket_gid);
+        if let (Err(_), Some(created)) = (&result, created) {
+            let _ = std::fs::remove_file(created);
+        }
+        result
+    }
+
+    fn add_opened(
+        &self,
+        v: &VolumeConfig,
+        index: usize,
+        zero: bool,
+        socket_gid: Option<u32>,
+    ) -> Result<Arc<Server>, VolumeSetError> {
+        let key = v.key(index, "path");
+        let own_disk = v
+            .path
+            .as_deref()
+            .map(|path| HostDisk::open_volume(&key, path, v.size.0, &self.device))
+            .transpose()
+            .map_err(|e| VolumeSetError::Invalid(e.to_string()))?;
+        if let Some(disk) = &own_disk {
+            self.check_not_shared(disk, &key)?;
+        }
         let failed = |message: String| VolumeSetError::Failed {
             name: v.name.clone(),
             message,
         };
+        if zero {
+            self.shared
+                .disk
+                .zero_range(v.offset.0, v.size.0)
+                .map_err(|e| failed(format!("cannot zero its range of the device: {e}")))?;
+        }
         let handle = self
             .qos
             .add_volume(
@@ -148,9 +189,39 @@ impl VolumeSet {
         Ok(())
     }
 
+    /// A volume's own file must be neither the device nor another volume's file, whatever
+    /// path names it (a symlink, `/dev/disk/by-id/...`).
+    fn check_not_shared(&self, disk: &HostDisk, key: &str) -> Result<(), VolumeSetError> {
+        let Some(id) = disk.identity() else {
+            return Ok(());
+        };
+        let used = |other: &HostDisk| other.identity() == Some(id);
+        let by = if used(&self.shared.disk) {
+            Some("the device".to_owned())
+        } else {
+            self.list()
+                .iter()
+                .find(|s| used(&s.volume.disk))
+                .map(|s| format!("volume {:?}", s.volume.name))
+        };
+        match by {
+            Some(by) => Err(VolumeSetError::Invalid(format!(
+                "{key} {}: is the file or device of {by}",
+                disk.path
+                    .as_deref()
+                    .unwrap_or(std::path::Path::new("?"))
+                    .display()
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// Completes in-flight I/O of every connected frontend, closes the connections and
-    /// removes the sockets.
+    /// removes the sockets; no volume is added after.
     pub fn stop(&self) {
+        let _one = self.changing.lock().unwrap_or_else(|e| e.into_inner());
+        self.stopped
+            .store(true, std::sync::atomic::Ordering::Release);
         for s in self.list() {
             s.stop();
         }

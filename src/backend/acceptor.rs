@@ -33,7 +33,7 @@ pub struct Acceptor {
     epoll: Epoll,
     stop_evt: EventFd,
     stopping: AtomicBool,
-    /// Indexed by token; None: free.
+    /// Indexed by token; None: removed.
     owners: Mutex<Vec<Option<Arc<dyn Acceptable>>>>,
 }
 
@@ -94,17 +94,12 @@ impl Acceptor {
     /// Registers a listening socket and its owner, disarmed: [`Acceptor::arm`] it once the
     /// owner knows its token.
     pub fn add(&self, fd: RawFd, owner: Arc<dyn Acceptable>) -> io::Result<Token> {
+        // A slot is never reused: an event of a removed socket, already returned by
+        // epoll_wait, must not reach the owner of a socket added after.
         let token = {
             let mut owners = self.lock();
-            let slot = match owners.iter().position(Option::is_none) {
-                Some(i) => i,
-                None => {
-                    owners.push(None);
-                    owners.len() - 1
-                }
-            };
-            owners[slot] = Some(owner);
-            Token(slot as u64)
+            owners.push(Some(owner));
+            Token(owners.len() as u64 - 1)
         };
         let event = EpollEvent::new(EventSet::ONE_SHOT, token.0);
         if let Err(e) = self.epoll.ctl(ControlOperation::Add, fd, event) {

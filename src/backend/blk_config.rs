@@ -39,6 +39,8 @@ pub fn protocol_features() -> VhostUserProtocolFeatures {
         | VhostUserProtocolFeatures::REPLY_ACK
         | VhostUserProtocolFeatures::CONFIG
         | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
+        // The channel on which a grown volume tells the frontend to read its config again.
+        | VhostUserProtocolFeatures::BACKEND_REQ
 }
 
 /// The fields of `struct virtio_blk_config` we fill.

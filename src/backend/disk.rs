@@ -272,6 +272,80 @@ fn direct_io_alignment(file: &File, is_block_device: bool) -> (u64, u64) {
 }
 
 impl HostDisk {
+    /// What the file is, whatever path named it: `(device, inode)` of a regular file,
+    /// `(0, rdev)` of a block device. None without a file.
+    pub fn identity(&self) -> Option<(u64, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = self.file.as_ref()?.metadata().ok()?;
+        Some(if meta.file_type().is_block_device() {
+            (0, meta.rdev())
+        } else {
+            (meta.dev(), meta.ino())
+        })
+    }
+
+    /// Makes `len` bytes at `offset` read as zeroes: BLKZEROOUT on a block device,
+    /// `FALLOC_FL_ZERO_RANGE` (keeping the allocation) or else a punched hole on a file.
+    pub fn zero_range(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        let Some(file) = &self.file else {
+            return Ok(());
+        };
+        let fd = file.as_raw_fd();
+        if file.metadata()?.file_type().is_block_device() {
+            /// `_IO(0x12, 127)`.
+            const BLKZEROOUT: libc::c_ulong = 0x127f;
+            let range = [offset, len];
+            // SAFETY: BLKZEROOUT reads two u64 (start, length) from the pointer, which
+            // points at a live array of two.
+            return match unsafe { libc::ioctl(fd, BLKZEROOUT, range.as_ptr()) } {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            };
+        }
+        let (offset, len) = (
+            libc::off_t::try_from(offset).map_err(std::io::Error::other)?,
+            libc::off_t::try_from(len).map_err(std::io::Error::other)?,
+        );
+        let modes = [
+            libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        ];
+        let mut last = std::io::Error::from_raw_os_error(libc::EOPNOTSUPP);
+        for mode in modes {
+            // SAFETY: fallocate on a descriptor we own; no memory is passed.
+            if unsafe { libc::fallocate(fd, mode, offset, len) } == 0 {
+                return Ok(());
+            }
+            last = std::io::Error::last_os_error();
+        }
+        Err(last)
+    }
+
+    /// Makes a volume's own file or device hold `size` bytes: a regular file grows
+    /// (allocated if `allocate`); a block device must be that large already.
+    pub fn grow(&self, size: u64, allocate: bool) -> std::io::Result<()> {
+        let Some(file) = &self.file else {
+            return Ok(());
+        };
+        let meta = file.metadata()?;
+        if meta.file_type().is_block_device() {
+            let have = (&*file).seek(SeekFrom::End(0))?;
+            if have < size {
+                return Err(std::io::Error::other(format!(
+                    "the block device holds {have} bytes: extend it first (lvextend)"
+                )));
+            }
+            return Ok(());
+        }
+        if meta.len() < size {
+            file.set_len(size)?;
+            if allocate {
+                preallocate(file, size)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Size and block size without creating or modifying anything (for `check`): an
     /// existing path is opened read-only; a missing one that would be created reports
     /// `create_size`.

@@ -267,7 +267,9 @@ impl<A: Admission> VolumeServer<A> {
     /// Graceful stop: no new connections; the current frontend's requests are completed
     /// and answered, then its connection is closed.
     pub fn stop(&self) {
-        self.stopping.store(true, Ordering::Release);
+        if self.stopping.swap(true, Ordering::AcqRel) {
+            return;
+        }
         if let Some(&token) = self.token.get() {
             self.acceptor
                 .remove(token, self.lock_listener().as_raw_fd());
@@ -287,6 +289,15 @@ impl<A: Admission> VolumeServer<A> {
 }
 
 impl<A: Admission> VolumeServer<A> {
+    /// Tells the connected frontend that the config space changed; false when none is
+    /// connected or it set up no channel for it (it sees the change when it next reads
+    /// the config, at the latest when it reconnects).
+    pub fn notify_config_change(&self) -> bool {
+        self.lock()
+            .as_ref()
+            .is_some_and(|c| c.backend.notify_config_change())
+    }
+
     /// Whether a frontend is connected now.
     pub fn connected(&self) -> bool {
         self.lock().is_some()
@@ -325,6 +336,10 @@ impl<A: Admission> Acceptable for VolumeServer<A> {
             .connection_thread
             .lock()
             .unwrap_or_else(|e| e.into_inner());
+        // `remove` may have stopped the server since the check above: no thread then.
+        if self.stopping.load(Ordering::Acquire) {
+            return;
+        }
         let spawned = std::thread::Builder::new()
             .name(format!("vol-{}", self.volume.name))
             .spawn(move || s.serve_connection());

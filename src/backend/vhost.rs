@@ -56,6 +56,8 @@ pub struct VolumeBackend<A: Admission> {
     /// Written once the connection is over: the vring worker thread ends (see
     /// `exit_event`). Nothing else reads it, and it closes with the backend.
     pub exit_evt: vmm_sys_util::eventfd::EventFd,
+    /// The channel to the frontend (SET_BACKEND_REQ_FD), if it set one up.
+    backend_req: Mutex<Option<vhost::vhost_user::Backend>>,
 }
 
 impl<A: Admission> VolumeBackend<A> {
@@ -73,8 +75,33 @@ impl<A: Admission> VolumeBackend<A> {
             guarded: Mutex::new(super::sigbus::Registration::default()),
             seen_faults: std::sync::atomic::AtomicUsize::new(0),
             exit_evt: vmm_sys_util::eventfd::EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC)?,
+            backend_req: Mutex::new(None),
             volume,
         })
+    }
+
+    /// Tells the frontend that the config space changed (the capacity), on a thread of
+    /// its own: with REPLY_ACK the frontend answers only after reading the config again,
+    /// and a frontend that never answers must not hold the caller. False when the
+    /// frontend set up no channel for it.
+    pub fn notify_config_change(&self) -> bool {
+        let Some(channel) = self
+            .backend_req
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        else {
+            return false;
+        };
+        let name = self.volume.name.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("vol-{name}-cfg"))
+            .spawn(move || {
+                if let Err(e) = channel.config_change() {
+                    tracing::warn!(volume = %name, "frontend not told of the new capacity: {e}");
+                }
+            });
+        spawned.is_ok()
     }
 
     /// Ends the connection's vring worker thread (through `exit_evt`, registered as
@@ -160,9 +187,13 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
     /// The vhost-user-backend crate applies EVENT_IDX to the vrings itself.
     fn set_event_idx(&self, _enabled: bool) {}
 
+    fn set_backend_req_fd(&self, backend: vhost::vhost_user::Backend) {
+        *self.backend_req.lock().unwrap_or_else(|e| e.into_inner()) = Some(backend);
+    }
+
     fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
         BlkConfig {
-            capacity_bytes: self.volume.limits.capacity,
+            capacity_bytes: self.volume.capacity(),
             seg_max: self.volume.limits.seg_max,
             blk_size: self.volume.block_size as u32,
             num_queues: self.volume.num_queues,

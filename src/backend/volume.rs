@@ -65,7 +65,11 @@ pub struct Volume<A: Admission> {
     pub disk: std::sync::Arc<HostDisk>,
     /// First byte of this volume on `disk`.
     pub host_offset: u64,
+    /// What requests are checked against; its capacity is the one at start-up, the
+    /// current one is [`Volume::capacity`].
     pub limits: Limits,
+    /// Bytes the guest may use now: grows when the volume is resized.
+    capacity: AtomicU64,
     pub block_size: u64,
     pub num_queues: u16,
     pub queue_size: u16,
@@ -100,6 +104,7 @@ impl<A: Admission> Volume<A> {
                 max_discard_sectors: MAX_DISCARD_SECTORS,
                 max_write_zeroes_sectors: MAX_WRITE_ZEROES_SECTORS,
             },
+            capacity: AtomicU64::new(cfg.size.0),
             block_size,
             num_queues: cfg.num_queues,
             queue_size: cfg.queue_size,
@@ -108,5 +113,23 @@ impl<A: Admission> Volume<A> {
             admission,
             counters: VolumeCounters::default(),
         }
+    }
+
+    /// The capacity the guest may use now, bytes.
+    pub fn capacity(&self) -> u64 {
+        self.capacity.load(Ordering::Acquire)
+    }
+
+    /// The limits requests are checked against now.
+    pub fn current_limits(&self) -> Limits {
+        Limits {
+            capacity: self.capacity(),
+            ..self.limits
+        }
+    }
+
+    /// Grows (or shrinks) what the guest may use; the caller has made the bytes exist.
+    pub fn set_capacity(&self, bytes: u64) {
+        self.capacity.store(bytes, Ordering::Release);
     }
 }

@@ -428,6 +428,12 @@ impl Config {
             if !names.insert(v.name.as_str()) {
                 return Err(invalid(v.key(i, "name"), "duplicate volume name"));
             }
+            if groups.contains(v.name.as_str()) {
+                return Err(invalid(
+                    v.key(i, "name"),
+                    "a group has this name (groups and volumes share names)",
+                ));
+            }
             if !sockets.insert(v.socket.as_path()) {
                 return Err(invalid(
                     v.key(i, "socket"),

@@ -84,6 +84,8 @@ pub struct GroupPatch {
 #[serde(deny_unknown_fields)]
 pub struct VolumePatch {
     pub weight: Option<u32>,
+    /// Grow the volume to this many bytes (`"20GiB"`); the guest is told.
+    pub size: Option<crate::size::ByteSize>,
     /// A group name, or `"root"` (`parent` is the same key).
     #[serde(alias = "parent")]
     pub group: Option<String>,

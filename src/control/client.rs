@@ -58,7 +58,9 @@ pub fn request(
             ),
         )
     })?;
-    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    // Adding, growing or removing a volume may take minutes (allocating, draining).
+    let patience = if method == "GET" { 30 } else { 600 };
+    s.set_read_timeout(Some(Duration::from_secs(patience)))?;
     let body = body.unwrap_or("");
     let head = format!(
         "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\

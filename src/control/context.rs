@@ -21,7 +21,7 @@ use crate::volume_set::VolumeSet;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
 /// A volume as the control plane sees it: its data-path counters and QoS handle.
@@ -42,8 +42,12 @@ pub struct Control {
     /// The volumes served; the control plane adds and removes them.
     pub volume_set: Arc<VolumeSet>,
     /// The config as the daemon runs it (the `config` source of every value): the file,
-    /// with the volumes and groups added and removed at run time (the state file's).
-    config: RwLock<Config>,
+    /// with the volumes and groups added, moved and removed at run time (the state
+    /// file's). Read by cloning the `Arc` (the lock is never held while a view is built).
+    config: RwLock<Arc<Config>>,
+    /// One change of the running config at a time: taken before `state`, never while
+    /// holding it (readers take `state` and then, for an instant, `config`).
+    changing: Mutex<()>,
     pub state_path: PathBuf,
     state: Mutex<RuntimeState>,
     /// Woken after QoS/model changes.
@@ -90,7 +94,8 @@ impl Control {
         Control {
             qos,
             volume_set,
-            config: RwLock::new(config),
+            config: RwLock::new(Arc::new(config)),
+            changing: Mutex::new(()),
             state_path,
             state: Mutex::new(RuntimeState::default()),
             planner,
@@ -101,13 +106,23 @@ impl Control {
     }
 
     /// The config as the daemon runs it.
-    pub fn config(&self) -> RwLockReadGuard<'_, Config> {
-        self.config.read().unwrap_or_else(|e| e.into_inner())
+    pub fn config(&self) -> Arc<Config> {
+        self.config
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
-    /// The running config, to change (volumes and groups added or removed).
-    pub(super) fn config_mut(&self) -> std::sync::RwLockWriteGuard<'_, Config> {
-        self.config.write().unwrap_or_else(|e| e.into_inner())
+    /// Starts a change of the running config (adding, moving or removing a volume or
+    /// group): the changes are serialised, and the config read now stays current until
+    /// [`Self::set_config`].
+    pub(super) fn begin_config_change(&self) -> MutexGuard<'_, ()> {
+        lock(&self.changing)
+    }
+
+    /// The running config after a change (under [`Self::begin_config_change`]).
+    pub(super) fn set_config(&self, config: Config) {
+        *self.config.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(config);
     }
 
     /// Every volume, in creation order.
@@ -450,8 +465,8 @@ impl Control {
             return self.group(name);
         }
         // A move is checked as the config would be (unknown parent, a cycle).
-        let mut config = self.config_mut();
-        let mut next = config.clone();
+        let _changing = self.begin_config_change();
+        let mut next = (*self.config()).clone();
         if let Some(parent) = &patch.parent {
             if let Some(g) = next.groups.iter_mut().find(|g| g.name == name) {
                 g.parent = Some(parent.clone()).filter(|p| p != ROOT_GROUP);
@@ -504,8 +519,7 @@ impl Control {
                 Ok(())
             },
         )?;
-        *config = next;
-        drop(config);
+        self.set_config(next);
         tracing::info!(group = %name, ?patch, "control: group changed");
         self.group(name)
     }
@@ -557,7 +571,7 @@ impl Control {
                 o.is_some_and(|o| o.reserve.is_some()),
             ),
             socket: v.socket.display().to_string(),
-            size: v.limits.capacity,
+            size: v.capacity(),
             path: cfg
                 .and_then(|c| c.path.as_ref())
                 .map(|p| p.display().to_string()),
@@ -623,6 +637,9 @@ impl Control {
         if service == ServiceChange::default() && !capping && !moves {
             return self.volume(name);
         }
+        // A group change is a change of the running config too (a group in use is not
+        // removable).
+        let _changing = self.begin_config_change();
         // One record and one application: the state file is written once, before
         // anything changes, and the one refusal left after validation (409) comes first.
         self.commit(
@@ -664,6 +681,13 @@ impl Control {
                 Ok(())
             },
         )?;
+        if let Some(group) = &patch.group {
+            let mut next = (*self.config()).clone();
+            if let Some(v) = next.volumes.iter_mut().find(|v| v.name == name) {
+                v.group = Some(group.clone()).filter(|g| g != ROOT_GROUP);
+            }
+            self.set_config(next);
+        }
         tracing::info!(volume = %name, ?patch, "control: volume changed");
         self.volume(name)
     }

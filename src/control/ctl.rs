@@ -77,6 +77,14 @@ pub enum CtlCommand {
         #[arg(long)]
         force: bool,
     },
+    /// Grow a volume at runtime (persistently), e.g. `resize vm1-root 20GiB`: into the free
+    /// space after its range, or by growing its own file. The guest is told when its
+    /// frontend set up the channel for it (QEMU does).
+    Resize {
+        name: String,
+        /// The new size, e.g. "20GiB".
+        size: String,
+    },
     /// Add a group at runtime (persistently).
     AddGroup {
         name: String,
@@ -310,6 +318,14 @@ pub fn run(args: &CtlArgs) -> Result<(), String> {
                 &format!("/v1/volumes/{}{query}", encode_segment(name)),
             )?;
             println!("volume {name}: removed");
+        }
+        CtlCommand::Resize { name, size } => {
+            let path = format!("/v1/volumes/{}", encode_segment(name));
+            let v = api.ok("PATCH", &path, Some(&json!({ "size": size })))?;
+            if args.json {
+                return print_json(&v);
+            }
+            println!("volume {name}: {} bytes", v["size"]);
         }
         CtlCommand::AddGroup {
             name,
@@ -566,8 +582,13 @@ fn key_values(pairs: &[String]) -> Result<serde_json::Map<String, Value>, String
         let (key, value) = pair
             .split_once('=')
             .ok_or_else(|| format!("{pair:?}: expected KEY=VALUE, e.g. iops=2000"))?;
+        // "0660" (a mode) stays a string; so does anything else that is not a plain number.
+        let octal =
+            value.len() > 1 && value.starts_with('0') && value.bytes().all(|b| b.is_ascii_digit());
         let value = if let Ok(b) = value.parse::<bool>() {
             Value::from(b)
+        } else if octal {
+            Value::from(value)
         } else if let Ok(n) = value.parse::<u64>() {
             Value::from(n)
         } else if let Ok(x) = value.parse::<f64>() {

@@ -141,6 +141,11 @@ async fn patch_volume(
 ) -> Result<Response, ApiError> {
     c.volume(&name)?;
     let p: VolumePatch = parse_body(&body)?;
+    if let Some(size) = p.size {
+        // Growing a file may allocate it: off the runtime's thread.
+        let (c, name) = (c.clone(), name.clone());
+        blocking(move || c.resize_volume(&name, size.0)).await?;
+    }
     Ok(Json(c.patch_volume(&name, p)?).into_response())
 }
 

@@ -35,7 +35,7 @@ fn volume_set_error(e: VolumeSetError) -> ApiError {
             let field = message
                 .split_once("\".")
                 .and_then(|(_, rest)| rest.split_once(' '))
-                .map(|(f, _)| f.to_owned());
+                .map(|(f, _)| f.trim_end_matches(':').to_owned());
             match field {
                 Some(f) => ApiError::field(&f, message),
                 None => ApiError::body(message),
@@ -67,12 +67,14 @@ fn first_fit(config: &Config, size: u64, device_size: u64, align: u64) -> Option
 
 impl Control {
     /// `POST /v1/volumes`: a `[[volume]]` table as JSON. Without `offset` or `path` the
-    /// daemon allocates the first free range (aligned to 1 MiB) and reports it.
+    /// daemon allocates the first free range (aligned to 1 MiB), zeroes it and reports it.
     pub fn add_volume(&self, body: &[u8]) -> Result<VolumeView, ApiError> {
         let raw: serde_json::Value = parse_body(body)?;
-        let allocate = raw.get("offset").is_none() && raw.get("path").is_none();
+        let given = |key: &str| raw.get(key).is_some_and(|v| !v.is_null());
+        let allocate = !given("offset") && !given("path");
         let mut volume: VolumeConfig = parse_body(body)?;
-        let mut config = self.config_mut();
+        let _changing = self.begin_config_change();
+        let config = self.config();
         let (device_size, block) = self.volume_set.disk_geometry();
         if allocate {
             let align = ALLOCATION_ALIGN.max(block);
@@ -86,7 +88,7 @@ impl Control {
                 })?;
             volume.offset = crate::size::ByteSize(offset);
         }
-        let mut next = config.clone();
+        let mut next = (*config).clone();
         next.volumes.push(volume.clone());
         next.validate().map_err(config_error)?;
         next.validate_layout(device_size, block)
@@ -96,13 +98,12 @@ impl Control {
             |s| s.record_added(Added::Volume(Box::new(volume.clone()))),
             || {
                 self.volume_set
-                    .add(&volume, index)
+                    .add(&volume, index, allocate)
                     .map(drop)
                     .map_err(volume_set_error)
             },
         )?;
-        *config = next;
-        drop(config);
+        self.set_config(next);
         tracing::info!(volume = %volume.name, offset = volume.offset.0, path = ?volume.path, size = volume.size.0, "volume added");
         self.volume(&volume.name)
     }
@@ -110,25 +111,31 @@ impl Control {
     /// `DELETE /v1/volumes/{name}`: refused (409) while a frontend is connected unless
     /// `force`, which completes its in-flight requests and closes the connection first.
     pub fn remove_volume(&self, name: &str, force: bool) -> Result<(), ApiError> {
-        self.volume(name)?;
-        // Not under the config's lock: a forced removal waits for the volume's requests.
-        self.commit(
-            |s| s.record_removed(name),
-            || {
-                self.volume_set
-                    .remove(name, force)
-                    .map_err(volume_set_error)
-            },
-        )?;
-        self.config_mut().volumes.retain(|v| v.name != name);
-        Ok(())
+        let _changing = self.begin_config_change();
+        let mut next = (*self.config()).clone();
+        next.volumes.retain(|v| v.name != name);
+        self.check_removal(&next, name)?;
+        // Ended before anything is recorded, and not under the state's lock: a forced
+        // removal waits for the volume's requests, which must not hold up the API.
+        self.volume_set
+            .remove(name, force)
+            .map_err(volume_set_error)?;
+        self.set_config(next);
+        self.commit(|s| s.record_removed(name), || Ok(()))
+            .map_err(|e| {
+                ApiError::internal(format!(
+                    "volume {name:?} was removed, but the state file could not record it, so \
+                     it will be back after a restart: {}",
+                    e.message
+                ))
+            })
     }
 
     /// `POST /v1/groups`: a `[[group]]` table as JSON.
     pub fn add_group(&self, body: &[u8]) -> Result<GroupView, ApiError> {
         let group: GroupConfig = parse_body(body)?;
-        let mut config = self.config_mut();
-        let mut next = config.clone();
+        let _changing = self.begin_config_change();
+        let mut next = (*self.config()).clone();
         next.groups.push(group.clone());
         next.validate().map_err(config_error)?;
         self.commit(
@@ -147,8 +154,7 @@ impl Control {
                     })
             },
         )?;
-        *config = next;
-        drop(config);
+        self.set_config(next);
         tracing::info!(group = %group.name, parent = ?group.parent, weight = group.weight, "group added");
         self.group(&group.name)
     }
@@ -156,7 +162,10 @@ impl Control {
     /// `DELETE /v1/groups/{name}`: only an empty group (409 otherwise).
     pub fn remove_group(&self, name: &str) -> Result<(), ApiError> {
         self.group(name)?;
-        let mut config = self.config_mut();
+        let _changing = self.begin_config_change();
+        let mut next = (*self.config()).clone();
+        next.groups.retain(|g| g.name != name);
+        self.check_removal(&next, name)?;
         self.commit(
             |s| s.record_removed(name),
             || {
@@ -166,9 +175,90 @@ impl Control {
                 })
             },
         )?;
-        config.groups.retain(|g| g.name != name);
+        self.set_config(next);
         tracing::info!(group = %name, "group removed");
         Ok(())
+    }
+
+    /// `PATCH /v1/volumes/{name}` with `size`: grows the volume into the free space after
+    /// its range (zeroed first) or by growing its file (an LV must have been extended
+    /// already), then tells the connected frontend to read the config again. Returns
+    /// whether a frontend was told.
+    pub fn resize_volume(&self, name: &str, size: u64) -> Result<bool, ApiError> {
+        let _changing = self.begin_config_change();
+        let server = self
+            .volume_set
+            .list()
+            .into_iter()
+            .find(|s| s.volume.name == name)
+            .ok_or_else(|| ApiError::not_found(format!("no volume named {name:?}")))?;
+        let volume = &server.volume;
+        let old = volume.capacity();
+        if size < old {
+            return Err(ApiError::field(
+                "size",
+                format!(
+                    "{size} is less than the volume's {old} bytes: shrinking would cut off the \
+                     guest's data, and is not supported"
+                ),
+            ));
+        }
+        if size == old {
+            return Ok(false);
+        }
+        if size % volume.block_size != 0 {
+            return Err(ApiError::field(
+                "size",
+                format!(
+                    "must be a multiple of the block size ({})",
+                    volume.block_size
+                ),
+            ));
+        }
+        let mut next = (*self.config()).clone();
+        let Some(cfg) = next.volumes.iter_mut().find(|v| v.name == name) else {
+            return Err(ApiError::not_found(format!("no volume named {name:?}")));
+        };
+        cfg.size = crate::size::ByteSize(size);
+        let own_file = cfg.path.is_some();
+        let (device_size, block) = self.volume_set.disk_geometry();
+        next.validate_layout(device_size, block).map_err(|e| {
+            ApiError::conflict(format!("the space after the volume is not free: {e}"))
+        })?;
+        let grow = || -> std::io::Result<()> {
+            if own_file {
+                volume.disk.grow(size, self.config().device.preallocate)
+            } else {
+                // Free space may hold a removed volume's data.
+                volume.disk.zero_range(volume.host_offset + old, size - old)
+            }
+        };
+        self.commit(
+            |s| {
+                if let Some(added) = s.added_volumes.iter_mut().find(|v| v.name == name) {
+                    added.size = crate::size::ByteSize(size);
+                } else {
+                    s.volumes.entry(name.to_owned()).or_default().size =
+                        Some(crate::size::ByteSize(size));
+                }
+            },
+            || grow().map_err(|e| ApiError::conflict(format!("cannot grow the volume: {e}"))),
+        )?;
+        volume.set_capacity(size);
+        self.set_config(next);
+        let told = server.notify_config_change();
+        tracing::info!(volume = %name, from = old, to = size, frontend_told = told, "volume grown");
+        Ok(told)
+    }
+
+    /// The running config without `name` must still hold together: nothing else may name
+    /// it (a volume's or group's parent, a fault rule). 409 saying what does.
+    fn check_removal(&self, next: &Config, name: &str) -> Result<(), ApiError> {
+        next.validate().map_err(|e| {
+            ApiError::conflict(format!(
+                "{name:?} cannot be removed: the config would not hold without it ({e})"
+            ))
+        })
     }
 }
 

@@ -49,6 +49,19 @@ pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 /// A request, its body read and its response computed, must finish within this time;
 /// otherwise it gets 408.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// The same for adding a volume (which may create and allocate its file), growing one
+/// (which may allocate) and removing one (which waits for its in-flight requests): their
+/// work goes on after a 408, so the answer should rather wait for it.
+pub const LONG_REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Whether a request adds, changes or removes a volume (see [`LONG_REQUEST_TIMEOUT`]).
+fn is_long(req: &axum::extract::Request) -> bool {
+    use axum::http::Method;
+    let path = req.uri().path();
+    (req.method() == Method::POST && path == "/v1/volumes")
+        || ((req.method() == Method::DELETE || req.method() == Method::PATCH)
+            && path.starts_with("/v1/volumes/"))
+}
 /// Connections served at once; the next one is closed at once until one ends.
 pub const MAX_CONNECTIONS: usize = 64;
 
@@ -64,12 +77,17 @@ async fn serve_limited(
     use hyper_util::rt::{TokioIo, TokioTimer};
     let router = router.layer(axum::middleware::from_fn(
         |req: axum::extract::Request, next: axum::middleware::Next| async move {
-            match tokio::time::timeout(REQUEST_TIMEOUT, next.run(req)).await {
+            let limit = if is_long(&req) {
+                LONG_REQUEST_TIMEOUT
+            } else {
+                REQUEST_TIMEOUT
+            };
+            match tokio::time::timeout(limit, next.run(req)).await {
                 Ok(response) => response,
                 Err(_) => axum::response::IntoResponse::into_response(super::error::ApiError {
                     status: axum::http::StatusCode::REQUEST_TIMEOUT,
                     field: None,
-                    message: format!("request not complete within {REQUEST_TIMEOUT:?}"),
+                    message: format!("request not complete within {limit:?}"),
                 }),
             }
         },

@@ -64,6 +64,9 @@ pub struct GroupOverride {
 pub struct VolumeOverride {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<u32>,
+    /// Grown at run time, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<crate::size::ByteSize>,
     /// Group name; `"root"` = the root.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
@@ -207,12 +210,27 @@ impl RuntimeState {
         config.volumes.retain(|v| !self.removed.contains(&v.name));
         config.groups.extend(self.added_groups.iter().cloned());
         config.volumes.extend(self.added_volumes.iter().cloned());
-        // Groups moved at run time are built where they went (moved one by one, the
-        // moves could pass through a cycle).
+        // Groups and volumes moved at run time are built where they went (moved one by
+        // one, groups could pass through a cycle), and a group removed after its volumes
+        // moved out is not missed.
+        let root = crate::config::ROOT_GROUP;
         let mut moved = false;
         for g in &mut config.groups {
             if let Some(parent) = self.groups.get(&g.name).and_then(|o| o.parent.as_ref()) {
-                g.parent = Some(parent.clone()).filter(|p| p != crate::config::ROOT_GROUP);
+                g.parent = Some(parent.clone()).filter(|p| p != root);
+                moved = true;
+            }
+        }
+        for v in &mut config.volumes {
+            let Some(o) = self.volumes.get(&v.name) else {
+                continue;
+            };
+            if let Some(group) = &o.group {
+                v.group = Some(group.clone()).filter(|g| g != root);
+                moved = true;
+            }
+            if let Some(size) = o.size {
+                v.size = size;
                 moved = true;
             }
         }
@@ -225,7 +243,8 @@ impl RuntimeState {
         }
         config.validate().map_err(|e| {
             format!(
-                "state file {}: the groups and volumes added and removed at run time do not                  fit the config file any more ({e}); edit either so that they do",
+                "state file {}: the groups and volumes added, moved and removed at run time do not \
+                 fit the config file any more ({e}); edit either so that they do",
                 path.display()
             )
         })?;
@@ -286,6 +305,7 @@ mod tests {
             "vm1".into(),
             VolumeOverride {
                 weight: Some(300),
+                size: None,
                 group: Some("root".into()),
                 caps: Some(CapsConfig {
                     iops: 2000,

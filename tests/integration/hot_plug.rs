@@ -74,6 +74,21 @@ fn volumes_come_and_go_while_another_keeps_serving() {
         }
         let mut hot = Client::connect(&d.socket("hot"), 1, MIB as usize);
         assert_eq!(hot.capacity, 4 * MIB);
+        if i % 4 != 3 {
+            // The range held the last round's data: an allocated range is zeroed first.
+            assert_eq!(
+                hot.run(Op::Read {
+                    off: MIB,
+                    len: 256 << 10,
+                    buf: 0
+                }),
+                0
+            );
+            assert!(
+                hot.buf()[..256 << 10].iter().all(|&b| b == 0),
+                "round {i}: old data shows"
+            );
+        }
         let data = pattern(MIB, 256 << 10, i);
         assert!(write_and_verify(&mut hot, MIB, &data), "round {i}");
         if i % 2 == 0 {
@@ -154,6 +169,9 @@ fn added_and_removed_nodes_survive_a_restart() {
         (d_with(json!({ "colour": 1 })), 400, "colour"),
         (d_with(json!({ "group": "nope" })), 400, "group"),
         (d_with(json!({ "size": "64MiB" })), 409, ""),
+        (d_with(json!({ "name": "tenant" })), 400, "name"),
+        // The device's own file under another name.
+        (d_with(json!({ "path": "./disk.img" })), 400, "path"),
     ];
     for (body, want, field) in refusals {
         let (status, e) = call("POST", "/v1/volumes", body.clone());
@@ -165,7 +183,7 @@ fn added_and_removed_nodes_survive_a_restart() {
     assert!(!d.path("d.sock").exists());
     let (status, e) = call("DELETE", "/v1/groups/tenant", serde_json::Value::Null);
     assert_eq!(status, 409, "{e}");
-    assert!(e["error"].as_str().unwrap().contains("holds c"), "{e}");
+    assert!(e["error"].as_str().unwrap().contains("\"c\".group"), "{e}");
     let (status, e) = call(
         "DELETE",
         "/v1/volumes/b?force=maybe",
@@ -262,13 +280,18 @@ fn ctl_adds_and_removes_groups_and_volumes() {
     assert_eq!(client.capacity, 4 * MIB);
     drop(client);
     wait_disconnected(&d, "v");
+    assert_eq!(
+        ctl(&d, &["resize", "v", "6MiB"]),
+        format!("volume v: {} bytes\n", 6 * MIB)
+    );
     assert_eq!(ctl(&d, &["remove-volume", "v"]), "volume v: removed\n");
     assert_eq!(ctl(&d, &["remove-group", "g"]), "group g: removed\n");
     assert_eq!(control_get(&d, "/v1/groups")["groups"], json!([]));
 }
 
-/// A group moves with its volumes (`PATCH {"parent": ...}`), never inside itself, and
-/// stays moved after a restart; a volume takes `parent` as its group too.
+/// A group moves with its volumes (`PATCH {"parent": ...}`), never inside itself; a volume
+/// takes `parent` as its group too; a group its volumes moved out of can be removed, and
+/// all of it holds after a restart.
 #[test]
 fn groups_move_under_other_groups_and_stay_there() {
     let groups = "[[group]]\nname = \"dc\"\n[[group]]\nname = \"t\"\nparent = \"dc\"\n";
@@ -294,10 +317,17 @@ fn groups_move_under_other_groups_and_stay_there() {
         (200, Some("dc")),
         "{v}"
     );
+    // t is empty now that v moved out; dc is not.
+    let (status, e) = control_call(&d, "DELETE", "/v1/groups/dc", None);
+    assert_eq!(status, 409, "{e}");
+    let (status, e) = control_call(&d, "DELETE", "/v1/groups/t", None);
+    assert_eq!(status, 204, "{e}");
     let (status, dir) = d.stop();
     assert!(status.success());
 
     let d = DaemonProcess::start_in(dir, &config(CONTROL, &volumes));
-    assert_eq!(control_get(&d, "/v1/groups/t")["parent"], "dc2");
+    let (status, _) = control_call(&d, "GET", "/v1/groups/t", None);
+    assert_eq!(status, 404, "the removed group stays removed");
+    assert_eq!(control_get(&d, "/v1/groups/dc2")["parent"], "root");
     assert_eq!(control_get(&d, "/v1/volumes/v")["group"]["value"], "dc");
 }

@@ -22,6 +22,7 @@ mod operations;
 mod profile;
 mod qos;
 mod raw_frontend;
+mod resize;
 mod scale;
 mod virtqueue;
 mod volume_files;

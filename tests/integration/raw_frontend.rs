@@ -57,6 +57,9 @@ pub struct Options {
     /// Guest RAM as two regions, each its own memfd, meeting at [`SPLIT_AT`] (as RAM
     /// around a hole or hot-plugged memory is), instead of one.
     pub split_memory: bool,
+    /// Negotiate BACKEND_REQ and hand the daemon a channel for its requests
+    /// ([`RawFrontend::backend_channel`]), as QEMU does.
+    pub backend_channel: bool,
 }
 
 impl Default for Options {
@@ -67,6 +70,7 @@ impl Default for Options {
             event_idx: false,
             add_mem_region: false,
             split_memory: false,
+            backend_channel: false,
         }
     }
 }
@@ -76,6 +80,8 @@ pub struct RawFrontend {
     pub mem: GuestMemoryMmap<()>,
     /// The virtio features acknowledged.
     pub features: u64,
+    /// Our end of the channel the daemon sends its requests on (`Options::backend_channel`).
+    pub backend_channel: Option<std::os::unix::net::UnixStream>,
     queues: Vec<Vq>,
     /// Request buffers, after the queue areas.
     buffers: Arena,
@@ -105,8 +111,18 @@ impl RawFrontend {
             | VhostUserProtocolFeatures::REPLY_ACK
             | VhostUserProtocolFeatures::CONFIG
             | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS;
+        let wanted = if opts.backend_channel {
+            wanted | VhostUserProtocolFeatures::BACKEND_REQ
+        } else {
+            wanted
+        };
         assert!(proto.contains(wanted), "protocol features {proto:?}");
         frontend.set_protocol_features(wanted).unwrap();
+        let backend_channel = opts.backend_channel.then(|| {
+            let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+            frontend.set_backend_request_fd(&theirs).unwrap();
+            ours
+        });
         let max_queues = frontend.get_queue_num().unwrap();
         assert!(
             opts.num_queues as u64 <= max_queues,
@@ -128,6 +144,7 @@ impl RawFrontend {
             frontend,
             mem,
             features,
+            backend_channel,
             queues: Vec::new(),
             buffers: Arena::new(
                 GUEST_BASE + MAX_QUEUES * QUEUE_AREA,

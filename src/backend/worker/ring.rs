@@ -84,6 +84,8 @@ impl<A: Admission> Worker<A> {
         // Arrival stamps: one clock reading for the chains popped between two submissions
         // (none for an empty pass).
         let mut now = None;
+        // Read once per batch: a resize applies from the next one.
+        let mut limits = None;
         loop {
             let chain = {
                 let mut state = vring.get_mut();
@@ -106,7 +108,8 @@ impl<A: Admission> Worker<A> {
             self.outstanding[queue as usize] += 1;
             let head = chain.head_index();
             let mut layout = std::mem::take(&mut self.layout);
-            let parsed = chain::parse_chain(chain, &mut layout, &self.volume.limits);
+            let limits = *limits.get_or_insert_with(|| self.volume.current_limits());
+            let parsed = chain::parse_chain(chain, &mut layout, &limits);
             match parsed {
                 Ok(req) => {
                     let now = *now.get_or_insert_with(|| self.volume.admission.now_ns());
