@@ -28,7 +28,9 @@ pub fn features(read_only: bool) -> u64 {
     if read_only {
         bits |= 1 << VIRTIO_BLK_F_RO;
     }
+    // LOG_ALL: a migrating frontend has every guest page the daemon writes logged.
     bits | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits()
+        | VhostUserVirtioFeatures::LOG_ALL.bits()
 }
 
 /// vhost-user protocol features. QEMU needs CONFIG; libblkio needs REPLY_ACK, CONFIG and
@@ -41,6 +43,8 @@ pub fn protocol_features() -> VhostUserProtocolFeatures {
         | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
         // The channel on which a grown volume tells the frontend to read its config again.
         | VhostUserProtocolFeatures::BACKEND_REQ
+        // The dirty log of a migration, shared as a file (SET_LOG_BASE).
+        | VhostUserProtocolFeatures::LOG_SHMFD
 }
 
 /// The fields of `struct virtio_blk_config` we fill.

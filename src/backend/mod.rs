@@ -9,7 +9,8 @@
 //!   in front of it (only the head is offered; shared with the simulator).
 //! - [`worker`]: a volume's event loop state: popping the rings (`ring`), admission
 //!   (`mod`), requests on the device (`inflight`).
-//! - [`vhost`]: the `VhostUserBackend` implementation for one connection.
+//! - [`vhost`]: the `VhostUserBackend` implementation for one connection;
+//!   [`dirty_log`]: guest memory's dirty bitmap, the migration log.
 //! - [`acceptor`]: one thread waiting for frontends on every volume's socket;
 //!   [`server`]: a volume's connections (a thread each), reconnects and graceful
 //!   shutdown; [`handshake`]: the deadline for a new frontend's first message.
@@ -20,6 +21,7 @@ pub(crate) mod admit_queue;
 pub(crate) mod blk_config;
 pub(crate) mod bounce;
 pub mod chain;
+pub(crate) mod dirty_log;
 pub mod disk;
 pub(crate) mod engine;
 pub(crate) mod guest_memory;

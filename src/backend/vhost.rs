@@ -10,7 +10,7 @@ use super::volume::Volume;
 use super::worker::{Mem, Vring, Worker};
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
-use vhost::vhost_user::message::VhostUserProtocolFeatures;
+use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vhost_user_backend::VhostUserBackend;
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryRegion};
 use vmm_sys_util::epoll::EventSet;
@@ -164,7 +164,9 @@ impl<A: Admission> VolumeBackend<A> {
 }
 
 impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
-    type Bitmap = ();
+    /// Guest writes through vm-memory (used ring, status bytes, bounced copies) mark the
+    /// migration log when one is set; io_uring's reads are marked by the worker.
+    type Bitmap = super::dirty_log::DirtyLog;
     type Vring = Vring;
 
     fn num_queues(&self) -> usize {
@@ -186,6 +188,13 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
 
     /// The vhost-user-backend crate applies EVENT_IDX to the vrings itself.
     fn set_event_idx(&self, _enabled: bool) {}
+
+    /// LOG_ALL acked: a migration is under way, and what io_uring writes into guest
+    /// memory must be logged too.
+    fn acked_features(&self, features: u64) {
+        let logging = features & VhostUserVirtioFeatures::LOG_ALL.bits() != 0;
+        self.worker().dirty_logging = logging;
+    }
 
     fn set_backend_req_fd(&self, backend: vhost::vhost_user::Backend) {
         *self.backend_req.lock().unwrap_or_else(|e| e.into_inner()) = Some(backend);

@@ -119,11 +119,11 @@ fn ch_protocol_features() -> VhostUserProtocolFeatures {
         | VhostUserProtocolFeatures::DEVICE_STATE
 }
 
-/// What CH and today's daemon share on a writable volume. The daemon offers none of
-/// SIZE_MAX, GEOMETRY, TOPOLOGY, CONFIG_WCE, IN_ORDER, ORDER_PLATFORM, NOTIFICATION_DATA
-/// or LOG_ALL. If the daemon starts offering one of them, update this set (and check
-/// what CH then does differently: IN_ORDER changes the reconnect base, LOG_ALL enables
-/// migration).
+/// What CH and today's daemon share on a writable volume: LOG_ALL included (CH's
+/// migration logs dirty pages). The daemon offers none of SIZE_MAX, GEOMETRY, TOPOLOGY,
+/// CONFIG_WCE, IN_ORDER, ORDER_PLATFORM or NOTIFICATION_DATA. If the daemon starts
+/// offering one of them, update this set (and check what CH then does differently:
+/// IN_ORDER changes the reconnect base).
 fn expected_shared_features(num_queues: usize) -> u64 {
     use self::bit::*;
     let mut f = bits(&[
@@ -136,6 +136,7 @@ fn expected_shared_features(num_queues: usize) -> u64 {
         EVENT_IDX,
         PROTOCOL_FEATURES,
         VERSION_1,
+        LOG_ALL,
     ]);
     if num_queues > 1 {
         f |= 1u64 << MQ;
@@ -144,8 +145,8 @@ fn expected_shared_features(num_queues: usize) -> u64 {
 }
 
 /// CH's protocol features intersected with the daemon's offer: MQ | REPLY_ACK | CONFIG |
-/// CONFIGURE_MEM_SLOTS. (LOG_SHMFD would make it 0x820B.)
-const EXPECTED_PROTOCOL_FEATURES: u64 = 0x8209;
+/// CONFIGURE_MEM_SLOTS | LOG_SHMFD. (CH never asks for BACKEND_REQ.)
+const EXPECTED_PROTOCOL_FEATURES: u64 = 0x820B;
 
 /// Which of the features offered to the guest the Linux virtio-blk driver acks. It acks
 /// every offered bit it knows, which here means all of them except PROTOCOL_FEATURES (a
@@ -716,7 +717,7 @@ fn le64(b: &[u8], at: usize) -> u64 {
 /// CH's creation handshake (E.2) gets what CH expects, on a one-queue and a four-queue
 /// volume:
 /// - the shared virtio features are exactly CH's wanted set ∩ the daemon's offer;
-/// - the acked protocol features are 0x8209 (no INFLIGHT_SHMFD, so activation skips the
+/// - the acked protocol features are 0x820B (no INFLIGHT_SHMFD, so activation skips the
 ///   inflight messages);
 /// - GET_QUEUE_NUM is answered, even for one queue;
 /// - GET_CONFIG with flags WRITABLE (0x1), before SET_FEATURES, returns 60 bytes with
@@ -748,8 +749,9 @@ fn creation_negotiates_what_cloud_hypervisor_expects() {
         );
         assert_eq!(s.backend_num_queues, num_queues as u64, "GET_QUEUE_NUM");
         // The guest sees what CH and the daemon share; SET_FEATURES carried what Linux
-        // acks of it plus PROTOCOL_FEATURES, i.e. all of it.
-        assert_eq!(vm.acked_features, s.avail_features);
+        // acks of it plus PROTOCOL_FEATURES: all of it but LOG_ALL, which only a
+        // migration sets.
+        assert_eq!(vm.acked_features, s.avail_features & !bits(&[bit::LOG_ALL]));
 
         assert_eq!(config.len(), CONFIG_LEN as usize);
         assert_eq!(le64(&config, 0), SECTORS, "capacity in 512-byte sectors");

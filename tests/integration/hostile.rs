@@ -168,14 +168,7 @@ fn bare_frontend(socket: &str) -> vhost::vhost_user::Frontend {
 
 /// A memfd of `len` bytes, as a frontend's guest RAM.
 fn memfd(len: u64) -> std::fs::File {
-    use std::os::fd::FromRawFd;
-    // SAFETY: memfd_create with a NUL-terminated name; the fd is checked, then owned.
-    let fd = unsafe { libc::memfd_create(c"hostile-guest".as_ptr(), libc::MFD_CLOEXEC) };
-    assert!(fd >= 0);
-    // SAFETY: a fresh descriptor nothing else owns.
-    let f = unsafe { std::fs::File::from_raw_fd(fd) };
-    f.set_len(len).unwrap();
-    f
+    crate::virtqueue::memfd_file(len)
 }
 
 fn region(gpa: u64, size: u64, file: &std::fs::File) -> vhost::VhostUserMemoryRegionInfo {

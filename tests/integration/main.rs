@@ -10,6 +10,7 @@ mod control;
 mod daemon;
 mod data_path;
 mod devices;
+mod dirty_log;
 mod drain;
 mod emulated;
 mod faults;

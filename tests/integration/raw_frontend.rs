@@ -60,6 +60,8 @@ pub struct Options {
     /// Negotiate BACKEND_REQ and hand the daemon a channel for its requests
     /// ([`RawFrontend::backend_channel`]), as QEMU does.
     pub backend_channel: bool,
+    /// Negotiate LOG_SHMFD, so that a dirty log can be set (SET_LOG_BASE).
+    pub dirty_log: bool,
 }
 
 impl Default for Options {
@@ -71,6 +73,7 @@ impl Default for Options {
             add_mem_region: false,
             split_memory: false,
             backend_channel: false,
+            dirty_log: false,
         }
     }
 }
@@ -113,6 +116,11 @@ impl RawFrontend {
             | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS;
         let wanted = if opts.backend_channel {
             wanted | VhostUserProtocolFeatures::BACKEND_REQ
+        } else {
+            wanted
+        };
+        let wanted = if opts.dirty_log {
+            wanted | VhostUserProtocolFeatures::LOG_SHMFD
         } else {
             wanted
         };
@@ -171,6 +179,11 @@ impl RawFrontend {
         f.set_vring_call(q, &vq.call).unwrap();
         f.set_vring_kick(q, &vq.kick).unwrap();
         self.frontend.set_vring_enable(q, true).unwrap();
+    }
+
+    /// Guest-physical address of queue `q`'s used ring.
+    pub fn used_ring(&self, q: usize) -> u64 {
+        self.queues[q].used_ring()
     }
 
     /// GET_VRING_BASE: stops queue `q` and returns the device's next avail index.

@@ -26,16 +26,20 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 // Guest RAM
 // ---------------------------------------------------------------------------------------
 
-/// An anonymous memory file of `len` bytes (sparse), so the daemon can map what the
-/// guest sees.
-fn memfd(len: u64) -> FileOffset {
+/// An anonymous memory file of `len` bytes (sparse), to share with the daemon.
+pub fn memfd_file(len: u64) -> std::fs::File {
     // SAFETY: memfd_create with a NUL-terminated name; the fd is checked, then owned.
     let fd = unsafe { libc::memfd_create(c"guest-ram".as_ptr(), libc::MFD_CLOEXEC) };
     assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
     // SAFETY: `fd` is a fresh descriptor nothing else owns.
     let file = unsafe { std::fs::File::from_raw_fd(fd) };
     file.set_len(len).unwrap();
-    FileOffset::new(file, 0)
+    file
+}
+
+/// Guest RAM of `len` bytes in a memfd, so the daemon can map what the guest sees.
+fn memfd(len: u64) -> FileOffset {
+    FileOffset::new(memfd_file(len), 0)
 }
 
 /// Guest RAM of the given `(guest-physical address, size)` ranges, in address order, each
@@ -204,6 +208,11 @@ impl Vq {
         };
         vq.place(mem, at);
         vq
+    }
+
+    /// Guest-physical address of the used ring.
+    pub fn used_ring(&self) -> u64 {
+        self.used
     }
 
     /// The driver (re)initialises the queue with fresh, zeroed rings at `at`: avail and

@@ -7,7 +7,7 @@ use std::io;
 use std::sync::Arc;
 
 use virtio_bindings::virtio_blk::{VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK};
-use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryRegion};
 
 use super::{Mem, Popped, Worker};
 use crate::backend::admission::{Admission, IoKind, IoRequest, Timing};
@@ -404,6 +404,11 @@ impl<A: Admission> Worker<A> {
         } else {
             VIRTIO_BLK_S_IOERR
         } as u8;
+        if self.dirty_logging && record.kind == RequestKind::Read && record.bounce.is_none() {
+            // io_uring wrote the guest's buffers behind vm-memory's back (a failed or short
+            // read may have written some): log their pages before the used ring says so.
+            log_written(&record.mem, &record.iovecs);
+        }
         let written = if ok { record.guest_written } else { 0 };
         self.finish(
             record.queue,
@@ -421,6 +426,24 @@ impl<A: Admission> Worker<A> {
         if record.bounce.is_none() {
             record.iovecs.clear();
             self.iovec_pool.0.push(record.iovecs);
+        }
+    }
+}
+
+/// Marks the guest pages under `iovecs` (host pointers into `mem`, each within one
+/// region) dirty in the migration log; nothing without a log.
+fn log_written(mem: &Mem, iovecs: &[libc::iovec]) {
+    use vm_memory::bitmap::Bitmap;
+    for v in iovecs {
+        let start = v.iov_base as usize;
+        let region = mem.iter().find(|r| {
+            let base = r.as_ptr() as usize;
+            (base..base + r.len() as usize).contains(&start)
+        });
+        if let Some(region) = region {
+            region
+                .bitmap()
+                .mark_dirty(start - region.as_ptr() as usize, v.iov_len);
         }
     }
 }

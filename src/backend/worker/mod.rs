@@ -29,7 +29,8 @@ use super::request::{ChainLayout, Request};
 use super::volume::Volume;
 use crate::logging::LogLimiter;
 
-pub type Mem = GuestMemoryMmap<()>;
+/// Guest memory, with the migration log's dirty bitmap per region (design §8.8).
+pub type Mem = GuestMemoryMmap<super::dirty_log::DirtyLog>;
 pub type Vring = VringRwLock<vm_memory::GuestMemoryAtomic<Mem>>;
 
 /// A validated request as popped: where it came from and the guest memory it points into.
@@ -47,6 +48,8 @@ pub struct Worker<A: Admission> {
     timer_deadline: WaitDeadline,
     pub wake_evt: Arc<EventFd>,
     waiting_for_slot: bool,
+    /// The frontend acked LOG_ALL (a migration): reads log the guest pages they wrote.
+    pub dirty_logging: bool,
     fifo: AdmitQueue<Popped, A::Ticket>,
     inflight: Vec<Option<InFlight<A::Ticket>>>,
     free_slots: Vec<usize>,
@@ -100,6 +103,7 @@ impl<A: Admission> Worker<A> {
             timer_deadline: WaitDeadline::default(),
             wake_evt: Arc::new(EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC)?),
             waiting_for_slot: false,
+            dirty_logging: false,
             fifo: AdmitQueue::default(),
             inflight: Vec::new(),
             free_slots: Vec::new(),
