@@ -74,7 +74,7 @@ impl Daemon {
             config.device.clone(),
         ));
         for (i, v) in config.volumes.iter().enumerate() {
-            if let Err(e) = volumes.add(v, i, false) {
+            if let Err(e) = volumes.add(v, i) {
                 volumes.stop();
                 return Err(DaemonError::Qos(e.to_string()));
             }

@@ -71,17 +71,17 @@ impl VolumeSet {
         (self.shared.disk.size, self.shared.disk.block_size)
     }
 
+    /// Makes `len` bytes of the device at `offset` read as zeroes, durably: a range the
+    /// daemon allocates may hold a removed volume's data.
+    pub fn zero_device_range(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.shared.disk.zero_range(offset, len)
+    }
+
     /// Opens the volume's own file if it has one, makes its QoS leaf and starts listening
     /// on its socket; on failure nothing of it is left (a file it created is removed).
-    /// `index` names it in errors (`volume[index]`). `zero`: its range of the device was
-    /// allocated by the daemon and may hold a removed volume's data, so it is zeroed
-    /// first. The config is validated by the caller.
-    pub fn add(
-        &self,
-        v: &VolumeConfig,
-        index: usize,
-        zero: bool,
-    ) -> Result<Arc<Server>, VolumeSetError> {
+    /// `index` names it in errors (`volume[index]`). The config is validated by the
+    /// caller.
+    pub fn add(&self, v: &VolumeConfig, index: usize) -> Result<Arc<Server>, VolumeSetError> {
         let _one = self.changing.lock().unwrap_or_else(|e| e.into_inner());
         if self.stopped.load(std::sync::atomic::Ordering::Acquire) {
             return Err(VolumeSetError::Failed {
@@ -93,7 +93,7 @@ impl VolumeSet {
             .socket_gid(index)
             .map_err(|e| VolumeSetError::Invalid(e.to_string()))?;
         let created = v.path.as_ref().filter(|p| !p.exists()).cloned();
-        let result = self.add_opened(v, index, zero, socket_gid);
+        let result = self.add_opened(v, index, socket_gid);
         if let (Err(_), Some(created)) = (&result, created) {
             let _ = std::fs::remove_file(created);
         }
@@ -104,7 +104,6 @@ impl VolumeSet {
         &self,
         v: &VolumeConfig,
         index: usize,
-        zero: bool,
         socket_gid: Option<u32>,
     ) -> Result<Arc<Server>, VolumeSetError> {
         let key = v.key(index, "path");
@@ -121,12 +120,7 @@ impl VolumeSet {
             name: v.name.clone(),
             message,
         };
-        if zero {
-            self.shared
-                .disk
-                .zero_range(v.offset.0, v.size.0)
-                .map_err(|e| failed(format!("cannot zero its range of the device: {e}")))?;
-        }
+
         let handle = self
             .qos
             .add_volume(

@@ -10,12 +10,12 @@
 //! while no log is set.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 use vhost_user_backend::bitmap::{AtomicBitmapMmap, BitmapReplace, MemRegionBitmap, MmapLogReg};
 use vm_memory::bitmap::{Bitmap, NewBitmap, RefSlice, WithBitmapSlice};
-use vm_memory::{Address, GuestMemoryRegion};
+use vm_memory::{Address, GuestMemoryRegion, GuestRegionMmap};
 
 /// The log's page size, fixed by the vhost-user protocol.
 const LOG_PAGE: usize = 4096;
@@ -38,45 +38,75 @@ struct Shared {
 #[derive(Debug)]
 pub struct RegionLog {
     log: Arc<MmapLogReg>,
-    /// The region's first page in the log (its guest-physical page number).
-    first_page: usize,
-    pages: usize,
+    /// The region's guest-physical start and length, bytes.
+    start: usize,
+    len: usize,
 }
 
 impl MemRegionBitmap for RegionLog {
     fn new<R: GuestMemoryRegion>(region: &R, log: Arc<MmapLogReg>) -> io::Result<Self> {
         // The crate's own constructor checks that the log covers the region.
         AtomicBitmapMmap::new(region, Arc::clone(&log))?;
-        let start = usize::try_from(region.start_addr().raw_value()).map_err(io::Error::other)?;
-        let len = usize::try_from(region.len()).map_err(io::Error::other)?;
         Ok(RegionLog {
             log,
-            first_page: start / LOG_PAGE,
-            pages: len / LOG_PAGE,
+            start: usize::try_from(region.start_addr().raw_value()).map_err(io::Error::other)?,
+            len: usize::try_from(region.len()).map_err(io::Error::other)?,
         })
     }
 }
 
 impl RegionLog {
+    /// Marks the guest pages of `len` bytes at `offset` in the region (clamped to it),
+    /// counted from guest-physical address 0, as the log is.
     fn mark(&self, offset: usize, len: usize) {
-        if len == 0 {
+        if len == 0 || offset >= self.len {
             return;
         }
-        let last = offset.saturating_add(len - 1) / LOG_PAGE;
-        for page in offset / LOG_PAGE..=last.min(self.pages.saturating_sub(1)) {
-            let page = self.first_page + page;
+        // The data (or ring entry) written before must be visible before the bit is: the
+        // frontend clears the bit and copies the page in one go.
+        fence(Ordering::Release);
+        let last = offset.saturating_add(len - 1).min(self.len - 1);
+        for page in (self.start + offset) / LOG_PAGE..=(self.start + last) / LOG_PAGE {
             self.log[page / 8].fetch_or(1 << (page % 8), Ordering::Relaxed);
         }
     }
 
     fn is_marked(&self, offset: usize) -> bool {
-        let page = offset / LOG_PAGE;
-        if page >= self.pages {
+        if offset >= self.len {
             return false;
         }
-        let page = self.first_page + page;
+        let page = (self.start + offset) / LOG_PAGE;
         self.log[page / 8].load(Ordering::Relaxed) & (1 << (page % 8)) != 0
     }
+}
+
+impl DirtyLog {
+    /// The log file this region marks, once one is set.
+    fn log_file(&self) -> Option<Arc<MmapLogReg>> {
+        let log = self.shared.log.read().unwrap_or_else(|e| e.into_inner());
+        log.as_ref().map(|l| Arc::clone(&l.log))
+    }
+}
+
+/// Hands the log `old` regions mark to the regions of `new` that have none: regions
+/// mapped after SET_LOG_BASE (a new memory table, a hot-plugged region during a
+/// migration) would otherwise log nothing until the next one.
+pub fn carry_over(
+    old: &[&GuestRegionMmap<DirtyLog>],
+    new: &[&GuestRegionMmap<DirtyLog>],
+) -> io::Result<()> {
+    // The region's own bitmap (`MmapRegion::bitmap`), not a slice of it.
+    let own = |r: &GuestRegionMmap<DirtyLog>| -> DirtyLog { (**r).bitmap().clone() };
+    let Some(log) = old.iter().find_map(|r| own(r).log_file()) else {
+        return Ok(());
+    };
+    for region in new {
+        let bitmap = own(region);
+        if bitmap.log_file().is_none() {
+            bitmap.replace(RegionLog::new(*region, Arc::clone(&log))?);
+        }
+    }
+    Ok(())
 }
 
 impl Bitmap for DirtyLog {

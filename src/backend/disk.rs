@@ -284,9 +284,18 @@ impl HostDisk {
         })
     }
 
-    /// Makes `len` bytes at `offset` read as zeroes: BLKZEROOUT on a block device,
-    /// `FALLOC_FL_ZERO_RANGE` (keeping the allocation) or else a punched hole on a file.
+    /// Makes `len` bytes at `offset` read as zeroes, on disk when this returns:
+    /// BLKZEROOUT on a block device, `FALLOC_FL_ZERO_RANGE` (keeping the allocation) or
+    /// else a punched hole on a file.
     pub fn zero_range(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.zero_range_unsynced(offset, len)?;
+        match &self.file {
+            Some(file) => file.sync_data(),
+            None => Ok(()),
+        }
+    }
+
+    fn zero_range_unsynced(&self, offset: u64, len: u64) -> std::io::Result<()> {
         let Some(file) = &self.file else {
             return Ok(());
         };
@@ -321,9 +330,11 @@ impl HostDisk {
         Err(last)
     }
 
-    /// Makes a volume's own file or device hold `size` bytes: a regular file grows
-    /// (allocated if `allocate`); a block device must be that large already.
-    pub fn grow(&self, size: u64, allocate: bool) -> std::io::Result<()> {
+    /// Makes a volume's own file or device hold `size` bytes, the ones past `old` zeroed,
+    /// on disk when this returns: a regular file grows (allocated if `allocate`); a block
+    /// device must be that large already (its new extents may hold another LV's data, so
+    /// they are zeroed).
+    pub fn grow(&self, old: u64, size: u64, allocate: bool) -> std::io::Result<()> {
         let Some(file) = &self.file else {
             return Ok(());
         };
@@ -335,15 +346,19 @@ impl HostDisk {
                     "the block device holds {have} bytes: extend it first (lvextend)"
                 )));
             }
-            return Ok(());
+            return self.zero_range(old, size - old);
         }
         if meta.len() < size {
             file.set_len(size)?;
-            if allocate {
-                preallocate(file, size)?;
+        }
+        if allocate {
+            if let Err(e) = preallocate(file, size) {
+                // Not left longer than it was: the next attempt allocates again.
+                let _ = file.set_len(meta.len());
+                return Err(e);
             }
         }
-        Ok(())
+        file.sync_data()
     }
 
     /// Size and block size without creating or modifying anything (for `check`): an

@@ -58,6 +58,9 @@ pub struct VolumeBackend<A: Admission> {
     pub exit_evt: vmm_sys_util::eventfd::EventFd,
     /// The channel to the frontend (SET_BACKEND_REQ_FD), if it set one up.
     backend_req: Mutex<Option<vhost::vhost_user::Backend>>,
+    /// The last memory table accepted: its regions hold the migration log, if one was
+    /// set, for the next table's regions ([`super::dirty_log::carry_over`]).
+    seen_mem: Mutex<Option<Arc<Mem>>>,
 }
 
 impl<A: Admission> VolumeBackend<A> {
@@ -76,6 +79,7 @@ impl<A: Admission> VolumeBackend<A> {
             seen_faults: std::sync::atomic::AtomicUsize::new(0),
             exit_evt: vmm_sys_util::eventfd::EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC)?,
             backend_req: Mutex::new(None),
+            seen_mem: Mutex::new(None),
             volume,
         })
     }
@@ -237,6 +241,18 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
             return Err(io::Error::other(e));
         }
         guard(&mem.memory());
+        {
+            // The table this replaces: the crate has swapped it out of `mem` already.
+            let new = mem.memory().into_inner();
+            let mut seen = self.seen_mem.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(old) = seen.as_ref() {
+                let (old, new): (Vec<_>, Vec<_>) = (old.iter().collect(), new.iter().collect());
+                if let Err(e) = super::dirty_log::carry_over(&old, &new) {
+                    tracing::warn!(volume = %self.volume.name, "the migration log does not cover the new memory table ({e}): its writes there are not logged until the next SET_LOG_BASE");
+                }
+            }
+            *seen = Some(new);
+        }
         *self.mem.write().unwrap_or_else(|e| e.into_inner()) = mem;
         Ok(())
     }

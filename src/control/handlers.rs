@@ -141,6 +141,15 @@ async fn patch_volume(
 ) -> Result<Response, ApiError> {
     c.volume(&name)?;
     let p: VolumePatch = parse_body(&body)?;
+    let keys = serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&body)
+        .map_or(0, |m| m.len());
+    if p.size.is_some() && keys > 1 {
+        // Growing cannot be undone if a later key were refused: it goes alone.
+        return Err(ApiError::field(
+            "size",
+            "send size in a PATCH of its own (growing a volume cannot be undone if another key is refused)",
+        ));
+    }
     if let Some(size) = p.size {
         // Growing a file may allocate it: off the runtime's thread.
         let (c, name) = (c.clone(), name.clone());
@@ -164,10 +173,13 @@ async fn post_volume(State(c): Ctx, body: Bytes) -> Result<Response, ApiError> {
     Ok((StatusCode::CREATED, Json(view)).into_response())
 }
 
+/// A DELETE takes no body; one sent anyway is read (`_body`) so that closing the
+/// connection does not reset it under the client before it has the answer.
 async fn delete_volume(
     State(c): Ctx,
     Path(name): Path<String>,
     uri: Uri,
+    _body: Bytes,
 ) -> Result<Response, ApiError> {
     let force = force_of(uri.query())?;
     blocking(move || c.remove_volume(&name, force)).await?;
@@ -191,7 +203,11 @@ async fn post_group(State(c): Ctx, body: Bytes) -> Result<Response, ApiError> {
     Ok((StatusCode::CREATED, Json(view)).into_response())
 }
 
-async fn delete_group(State(c): Ctx, Path(name): Path<String>) -> Result<Response, ApiError> {
+async fn delete_group(
+    State(c): Ctx,
+    Path(name): Path<String>,
+    _body: Bytes,
+) -> Result<Response, ApiError> {
     c.remove_group(&name)?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

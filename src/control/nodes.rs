@@ -68,6 +68,7 @@ fn first_fit(config: &Config, size: u64, device_size: u64, align: u64) -> Option
 impl Control {
     /// `POST /v1/volumes`: a `[[volume]]` table as JSON. Without `offset` or `path` the
     /// daemon allocates the first free range (aligned to 1 MiB), zeroes it and reports it.
+    /// The volume's own file, if it creates one, is created before it is recorded.
     pub fn add_volume(&self, body: &[u8]) -> Result<VolumeView, ApiError> {
         let raw: serde_json::Value = parse_body(body)?;
         let given = |key: &str| raw.get(key).is_some_and(|v| !v.is_null());
@@ -94,11 +95,18 @@ impl Control {
         next.validate_layout(device_size, block)
             .map_err(config_error)?;
         let index = next.volumes.len() - 1;
+        if allocate {
+            // Zeroed and on disk before the volume is recorded (it may have held a removed
+            // volume's data), and not under the state's lock.
+            self.volume_set
+                .zero_device_range(volume.offset.0, volume.size.0)
+                .map_err(|e| ApiError::conflict(format!("cannot zero the allocated range: {e}")))?;
+        }
         self.commit(
             |s| s.record_added(Added::Volume(Box::new(volume.clone()))),
             || {
                 self.volume_set
-                    .add(&volume, index, allocate)
+                    .add(&volume, index)
                     .map(drop)
                     .map_err(volume_set_error)
             },
@@ -225,14 +233,18 @@ impl Control {
         next.validate_layout(device_size, block).map_err(|e| {
             ApiError::conflict(format!("the space after the volume is not free: {e}"))
         })?;
-        let grow = || -> std::io::Result<()> {
-            if own_file {
-                volume.disk.grow(size, self.config().device.preallocate)
-            } else {
-                // Free space may hold a removed volume's data.
-                volume.disk.zero_range(volume.host_offset + old, size - old)
-            }
+        // The bytes exist (zeroed: free space, or a grown LV's new extents, may hold
+        // another tenant's data) and are on disk before the new size is recorded: a crash
+        // in between leaves only zeroed space or a longer file. Not under the state's
+        // lock: zeroing gigabytes takes a while.
+        let grown = if own_file {
+            volume
+                .disk
+                .grow(old, size, self.config().device.preallocate)
+        } else {
+            volume.disk.zero_range(volume.host_offset + old, size - old)
         };
+        grown.map_err(|e| ApiError::conflict(format!("cannot grow the volume: {e}")))?;
         self.commit(
             |s| {
                 if let Some(added) = s.added_volumes.iter_mut().find(|v| v.name == name) {
@@ -242,7 +254,7 @@ impl Control {
                         Some(crate::size::ByteSize(size));
                 }
             },
-            || grow().map_err(|e| ApiError::conflict(format!("cannot grow the volume: {e}"))),
+            || Ok(()),
         )?;
         volume.set_capacity(size);
         self.set_config(next);

@@ -322,7 +322,7 @@ fn every_endpoint_answers_and_refuses_bad_input() {
                     "a"
                 },
             );
-            let body = (m != "GET").then(|| json!({}));
+            let body = (m != "GET" && m != "DELETE").then(|| json!({}));
             let r = call(&d, &m, &p, body);
             assert!(
                 r.status != 405 && !r.body.contains("no such route"),

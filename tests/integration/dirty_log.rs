@@ -1,6 +1,7 @@
 //! Dirty logging for live migration (issue #15 item 3, design §8.8): with a log set
 //! (SET_LOG_BASE) and LOG_ALL acked, a read marks exactly the guest pages the daemon
-//! wrote: its data buffer (written by io_uring), its status byte and the used ring.
+//! wrote: its data buffer (written by io_uring), its status byte and the used ring, also
+//! in memory mapped after the log was set.
 
 use crate::client::pattern;
 use crate::daemon::{config, volume, DaemonProcess};
@@ -52,6 +53,11 @@ fn a_read_logs_exactly_the_pages_it_wrote() {
         )
         .unwrap();
     assert!(dirty_pages(&log).is_empty());
+    // A new memory table after the log (as a memory hot-plug during a migration sends):
+    // its regions log too.
+    f.frontend
+        .set_mem_table(&crate::virtqueue::region_infos(&f.mem))
+        .unwrap();
 
     let (chain, buf) = f.rw_chain(T_IN, 64, data.len());
     let status = chain[2].addr;

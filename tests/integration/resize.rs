@@ -75,6 +75,13 @@ fn a_volume_grows_and_its_frontend_is_told() {
             Some(&json!({ "size": size })),
         )
     };
+    let (status, e) = control_call(
+        &d,
+        "PATCH",
+        "/v1/volumes/v",
+        Some(&json!({ "size": "16MiB", "weight": 50 })),
+    );
+    assert_eq!((status, e["field"].as_str()), (400, Some("size")), "{e}");
     let (status, e) = patch("v", "4MiB");
     assert_eq!((status, e["field"].as_str()), (400, Some("size")), "{e}");
     // w starts at 16 MiB: v can grow to 16 MiB, not past it.
