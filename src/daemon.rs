@@ -62,11 +62,7 @@ impl Daemon {
             );
         }
         // Volumes with files of their own are checked before any socket listens.
-        for (i, v) in config.volumes.iter().enumerate() {
-            if let Some(path) = &v.path {
-                HostDisk::probe_volume(&v.key(i, "path"), path, v.size.0, &config.device)?;
-            }
-        }
+        HostDisk::probe_volume_files(config)?;
         let volumes = Arc::new(VolumeSet::new(
             qos.clone(),
             shared,

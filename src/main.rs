@@ -161,10 +161,8 @@ fn check(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     config.validate_layout(size, block)?;
     for (i, v) in config.volumes.iter().enumerate() {
         v.socket_gid(i)?;
-        if let Some(own) = &v.path {
-            HostDisk::probe_volume(&v.key(i, "path"), own, v.size.0, &config.device)?;
-        }
     }
+    HostDisk::probe_volume_files(&config)?;
     print!("{}", config.describe(Some(size), Some(block)));
     println!("config OK");
     Ok(())

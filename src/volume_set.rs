@@ -66,6 +66,11 @@ impl VolumeSet {
             .clone()
     }
 
+    /// The volume named `name`.
+    pub fn get(&self, name: &str) -> Option<Arc<Server>> {
+        self.list().into_iter().find(|s| s.volume.name == name)
+    }
+
     /// The shared disk's size and logical block size (what ranges are checked against).
     pub fn disk_geometry(&self) -> (u64, u64) {
         (self.shared.disk.size, self.shared.disk.block_size)
@@ -159,9 +164,7 @@ impl VolumeSet {
     pub fn remove(&self, name: &str, force: bool) -> Result<(), VolumeSetError> {
         let _one = self.changing.lock().unwrap_or_else(|e| e.into_inner());
         let server = self
-            .list()
-            .into_iter()
-            .find(|s| s.volume.name == name)
+            .get(name)
             .ok_or_else(|| VolumeSetError::Unknown(name.to_owned()))?;
         server
             .remove(force)

@@ -96,6 +96,16 @@ impl HostDisk {
         Ok(HostDisk { size, ..disk })
     }
 
+    /// Checks every volume's own file of `config` as [`HostDisk::probe_volume`] does.
+    pub fn probe_volume_files(config: &crate::config::Config) -> Result<(), DiskError> {
+        for (i, v) in config.volumes.iter().enumerate() {
+            if let Some(path) = &v.path {
+                Self::probe_volume(&v.key(i, "path"), path, v.size.0, &config.device)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Checks a volume's own file as [`HostDisk::open_volume`] would, without creating or
     /// modifying anything (for `check`); a missing one would be created.
     pub fn probe_volume(

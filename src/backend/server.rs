@@ -298,17 +298,12 @@ impl<A: Admission> VolumeServer<A> {
             .is_some_and(|c| c.backend.notify_config_change())
     }
 
-    /// Whether a frontend is connected now.
-    pub fn connected(&self) -> bool {
-        self.lock().is_some()
-    }
-
     /// Stops serving for good, for the volume's removal: refused while a frontend is
     /// connected unless `force`, which completes its in-flight requests and closes the
     /// connection first. Returns once the connection's thread has ended, so nothing of
     /// the volume is in flight or waiting any more; the socket file is gone.
     pub fn remove(&self, force: bool) -> Result<(), RemoveError> {
-        if !force && self.connected() {
+        if !force && self.volume.counters.connected.load(Ordering::Acquire) {
             return Err(RemoveError::Connected);
         }
         // A frontend accepted between the check and here is closed like a forced one.

@@ -583,9 +583,9 @@ impl Control {
     }
 
     fn find_volume(&self, name: &str) -> Result<VolumeHandle, ApiError> {
-        self.handles()
-            .into_iter()
-            .find(|v| v.name == name)
+        self.volume_set
+            .get(name)
+            .map(|s| s.volume.clone())
             .ok_or_else(|| ApiError::not_found(format!("no volume named {name:?}")))
     }
 

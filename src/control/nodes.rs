@@ -196,9 +196,7 @@ impl Control {
         let _changing = self.begin_config_change();
         let server = self
             .volume_set
-            .list()
-            .into_iter()
-            .find(|s| s.volume.name == name)
+            .get(name)
             .ok_or_else(|| ApiError::not_found(format!("no volume named {name:?}")))?;
         let volume = &server.volume;
         let old = volume.capacity();

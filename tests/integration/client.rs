@@ -95,6 +95,18 @@ impl Client {
         })
     }
 
+    /// Writes `data` at `off`, flushes, and reads it back into a scrubbed buffer: whether
+    /// every step succeeded and the bytes came back.
+    pub fn write_and_verify(&mut self, off: u64, data: &[u8]) -> bool {
+        let len = data.len();
+        self.buf()[..len].copy_from_slice(data);
+        if self.run(Op::Write { off, len, buf: 0 }) != 0 || self.run(Op::Flush) != 0 {
+            return false;
+        }
+        self.buf()[..len].fill(0xEE);
+        self.run(Op::Read { off, len, buf: 0 }) == 0 && self.buf()[..len] == *data
+    }
+
     /// The shared I/O buffer.
     pub fn buf(&mut self) -> &mut [u8] {
         // SAFETY: the region is a live mapping of `len` bytes owned by this client; no

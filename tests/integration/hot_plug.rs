@@ -13,17 +13,6 @@ use std::time::{Duration, Instant};
 const MIB: u64 = 1 << 20;
 const CONTROL: &str = "[control]\nsocket = \"control.sock\"\n";
 
-/// Writes `data` at `off` and reads it back; false on any error or difference.
-fn write_and_verify(c: &mut Client, off: u64, data: &[u8]) -> bool {
-    let len = data.len();
-    c.buf()[..len].copy_from_slice(data);
-    if c.run(Op::Write { off, len, buf: 0 }) != 0 {
-        return false;
-    }
-    c.buf()[..len].fill(0);
-    c.run(Op::Read { off, len, buf: 0 }) == 0 && c.buf()[..len] == *data
-}
-
 /// Waits until GET shows no frontend connected to `name` (the daemon notices a closed
 /// connection on its own thread).
 fn wait_disconnected(d: &DaemonProcess, name: &str) {
@@ -50,7 +39,7 @@ fn volumes_come_and_go_while_another_keeps_serving() {
             while !stop.load(Ordering::Acquire) {
                 let off = (rounds % 32) * 128 * 1024;
                 let started = Instant::now();
-                if !write_and_verify(&mut c, off, &pattern(off, 64 * 1024, rounds as u8)) {
+                if !c.write_and_verify(off, &pattern(off, 64 * 1024, rounds as u8)) {
                     failures += 1;
                 }
                 slowest = slowest.max(started.elapsed());
@@ -90,7 +79,7 @@ fn volumes_come_and_go_while_another_keeps_serving() {
             );
         }
         let data = pattern(MIB, 256 << 10, i);
-        assert!(write_and_verify(&mut hot, MIB, &data), "round {i}");
+        assert!(hot.write_and_verify(MIB, &data), "round {i}");
         if i % 2 == 0 {
             let (status, refused) = control_call(&d, "DELETE", "/v1/volumes/hot", None);
             assert_eq!(status, 409, "round {i}: {refused}");
@@ -203,7 +192,7 @@ fn added_and_removed_nodes_survive_a_restart() {
 
     let data = pattern(0, 128 << 10, 5);
     let mut client = Client::connect(&d.socket("c"), 1, MIB as usize);
-    assert!(write_and_verify(&mut client, 0, &data));
+    assert!(client.write_and_verify(0, &data));
     drop(client);
     let (status, dir) = d.stop();
     assert!(status.success());

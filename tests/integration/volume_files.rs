@@ -16,17 +16,6 @@ fn file_volume(name: &str, path: &str, size_mib: u64) -> String {
     )
 }
 
-/// Writes `data` at `off` through the volume's socket and reads it back.
-fn write_and_read_back(c: &mut Client, off: u64, data: &[u8]) {
-    let len = data.len();
-    c.buf()[..len].copy_from_slice(data);
-    assert_eq!(c.run(Op::Write { off, len, buf: 0 }), 0, "write at {off}");
-    assert_eq!(c.run(Op::Flush), 0);
-    c.buf()[..len].fill(0xEE);
-    assert_eq!(c.run(Op::Read { off, len, buf: 0 }), 0, "read at {off}");
-    assert!(c.buf()[..len] == *data, "read back at {off} differs");
-}
-
 #[test]
 fn volumes_with_their_own_files_keep_their_data_there() {
     let dir = tempfile::tempdir().unwrap();
@@ -67,10 +56,13 @@ fn volumes_with_their_own_files_keep_their_data_there() {
     let mut new = Client::connect(&d.socket("new"), 1, MIB as usize);
     assert_eq!(new.capacity, 8 * MIB);
     let new_data = pattern(MIB, 256 << 10, 3);
-    write_and_read_back(&mut new, MIB, &new_data);
+    assert!(new.write_and_verify(MIB, &new_data), "write and read back");
     let mut range = Client::connect(&d.socket("range"), 1, MIB as usize);
     let range_data = pattern(MIB, 256 << 10, 4);
-    write_and_read_back(&mut range, MIB, &range_data);
+    assert!(
+        range.write_and_verify(MIB, &range_data),
+        "write and read back"
+    );
 
     let views = control_get(&d, "/v1/volumes");
     let view = |name: &str| {
