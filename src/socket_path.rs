@@ -11,6 +11,15 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
+/// The hand-over socket of a volume whose socket is `socket`: `<socket>.handover`, where a
+/// second frontend (a migration's destination on this host) attaches while the first is
+/// still connected (design §8.9).
+pub fn handover(socket: &Path) -> std::path::PathBuf {
+    let mut path = socket.as_os_str().to_owned();
+    path.push(".handover");
+    path.into()
+}
+
 /// The identity of a bound socket file (device, inode).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SocketId(u64, u64);

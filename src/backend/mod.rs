@@ -13,7 +13,9 @@
 //!   [`dirty_log`]: guest memory's dirty bitmap, the migration log.
 //! - [`acceptor`]: one thread waiting for frontends on every volume's socket;
 //!   [`server`]: a volume's connections (a thread each), reconnects and graceful
-//!   shutdown; [`handshake`]: the deadline for a new frontend's first message.
+//!   shutdown; [`handshake`]: the deadline for a new frontend's first message;
+//!   [`lease`]: which of a volume's two connections (its socket and its hand-over
+//!   socket) may use the rings.
 
 pub(crate) mod acceptor;
 pub(crate) mod admission;
@@ -26,6 +28,7 @@ pub mod disk;
 pub(crate) mod engine;
 pub(crate) mod guest_memory;
 pub(crate) mod handshake;
+pub(crate) mod lease;
 pub mod request;
 pub(crate) mod server;
 pub(crate) mod sigbus;

@@ -1,7 +1,9 @@
-//! A volume's connections. Its socket is watched by the [`Acceptor`] (no thread while
-//! idle); each frontend gets a thread, a fresh backend and a `VhostUserDaemon` (the
-//! crate's workers live for one connection); when it disconnects, the socket is armed
-//! for the next one while the other volumes keep running.
+//! A volume's connections. Its socket and its hand-over socket (`<socket>.handover`,
+//! design §8.9) are watched by the [`Acceptor`] (no thread while idle); each frontend gets
+//! a thread, a fresh backend and a `VhostUserDaemon` (the crate's workers live for one
+//! connection); when it disconnects, its socket is armed for the next one while the
+//! other volumes keep running. Each socket takes one frontend at a time, so a volume has
+//! at most two, and the volume's data-plane lease lets only one of them use the rings.
 
 use super::acceptor::{Acceptable, Acceptor, Token};
 use super::admission::Admission;
@@ -11,6 +13,7 @@ use super::volume::{Volume, VolumeCounters};
 use super::worker::Mem;
 use std::io;
 use std::os::unix::io::AsRawFd;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -24,20 +27,36 @@ struct Connection<A: Admission> {
     shutdown: ShutdownHandle,
 }
 
-pub struct VolumeServer<A: Admission> {
-    pub volume: Arc<Volume<A>>,
-    current: Mutex<Option<Connection<A>>>,
-    stopping: AtomicBool,
+/// One of a volume's sockets and the frontend that came through it.
+struct Port<A: Admission> {
+    path: PathBuf,
     /// The socket file this server bound, removed on stop only if still there.
     bound: Option<crate::socket_path::SocketId>,
     listener: Mutex<Listener>,
-    acceptor: Arc<Acceptor>,
     token: OnceLock<Token>,
+    current: Mutex<Option<Connection<A>>>,
+    /// The thread serving the current (or last) frontend, joined by
+    /// [`VolumeServer::remove`].
+    connection_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// The volume's socket and its hand-over socket, in that order.
+const PORTS: usize = 2;
+
+pub struct VolumeServer<A: Admission> {
+    pub volume: Arc<Volume<A>>,
+    ports: [Port<A>; PORTS],
+    stopping: AtomicBool,
+    acceptor: Arc<Acceptor>,
     /// A connection's thread could not be ended and was left behind: take no more
     /// frontends, or every retry would leave another.
     gave_up: AtomicBool,
-    /// The thread serving the current (or last) frontend, joined by [`Self::remove`].
-    connection_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// What the acceptor tells when a frontend waits on one of the volume's sockets.
+struct PortOf<A: Admission> {
+    server: Arc<VolumeServer<A>>,
+    index: usize,
 }
 
 /// Why a volume was not removed.
@@ -48,72 +67,70 @@ pub enum RemoveError {
 }
 
 impl<A: Admission> VolumeServer<A> {
-    /// Binds the volume's socket (replacing a stale one, refusing anything else:
-    /// [`crate::socket_path::claim`]) and has `acceptor` watch it.
+    /// Binds the volume's socket and its hand-over socket (replacing stale ones, refusing
+    /// anything else: [`crate::socket_path::claim`]) and has `acceptor` watch them.
     pub fn start(volume: Arc<Volume<A>>, acceptor: &Arc<Acceptor>) -> io::Result<Arc<Self>> {
-        crate::socket_path::claim(&volume.socket, &format!("volume {}: socket", volume.name))?;
-        let cannot_listen = |e: &dyn std::fmt::Display| {
-            io::Error::other(format!(
-                "volume {}: cannot listen on {}: {e}",
-                volume.name,
-                volume.socket.display()
-            ))
+        let paths = [
+            volume.socket.clone(),
+            crate::socket_path::handover(&volume.socket),
+        ];
+        let first = Port::bind(&volume, paths[0].clone())?;
+        let second = match Port::bind(&volume, paths[1].clone()) {
+            Ok(port) => port,
+            Err(e) => {
+                crate::socket_path::remove_if_ours(&first.path, first.bound);
+                return Err(e);
+            }
         };
-        let listener = Listener::new(&volume.socket, false).map_err(|e| cannot_listen(&e))?;
-        // `turn_away` accepts only if a frontend is waiting. (The crate's accept loops
-        // while none is, so a connection is only accepted once the acceptor saw one.)
-        listener
-            .set_nonblocking(true)
-            .map_err(|e| cannot_listen(&e))?;
-        crate::socket_path::set_access(&volume.socket, volume.socket_mode, volume.socket_gid)
-            .map_err(|e| {
-                io::Error::other(format!(
-                    "volume {}: socket {}: cannot set its mode or group: {e}",
-                    volume.name,
-                    volume.socket.display()
-                ))
-            })?;
-        let fd = listener.as_raw_fd();
         let server = Arc::new(VolumeServer {
-            bound: crate::socket_path::id(&volume.socket),
             volume,
-            current: Mutex::new(None),
+            ports: [first, second],
             stopping: AtomicBool::new(false),
-            listener: Mutex::new(listener),
             acceptor: Arc::clone(acceptor),
-            token: OnceLock::new(),
             gave_up: AtomicBool::new(false),
-            connection_thread: Mutex::new(None),
         });
-        let token = acceptor.add(fd, server.clone())?;
-        let _ = server.token.set(token);
-        if let Err(e) = acceptor.arm(token, fd) {
-            acceptor.remove(token, fd);
-            crate::socket_path::remove_if_ours(&server.volume.socket, server.bound);
-            return Err(e);
+        for index in 0..PORTS {
+            if let Err(e) = server.watch(index) {
+                server.stop();
+                return Err(e);
+            }
         }
         tracing::debug!(volume = %server.volume.name, socket = %server.volume.socket.display(), "listening");
         Ok(server)
     }
 
-    /// A frontend's connection, on its own thread; then the socket is armed again.
-    fn serve_connection(&self) {
+    /// Has the acceptor watch port `index`.
+    fn watch(self: &Arc<Self>, index: usize) -> io::Result<()> {
+        let port = &self.ports[index];
+        let fd = port.lock_listener().as_raw_fd();
+        let owner = Arc::new(PortOf {
+            server: Arc::clone(self),
+            index,
+        });
+        let token = self.acceptor.add(fd, owner)?;
+        let _ = port.token.set(token);
+        self.acceptor.arm(token, fd)
+    }
+
+    /// A frontend's connection on port `index`, on its own thread; then that socket is
+    /// armed again.
+    fn serve_connection(&self, index: usize) {
         let name = &self.volume.name;
         let mut accepted = false;
-        if let Err(e) = self.serve_one(&mut accepted) {
+        if let Err(e) = self.serve_one(index, &mut accepted) {
             tracing::error!(volume = %name, "connection failed: {e}");
             if !accepted {
                 // A frontend that could not be taken is not left waiting, and something
                 // persistent (e.g. io_uring limits) does not make this spin.
-                self.turn_away();
+                self.ports[index].turn_away();
                 std::thread::sleep(Duration::from_millis(500));
             }
         }
-        self.arm();
+        self.arm(index);
     }
 
-    /// Watch the socket for the next frontend (not once stopping).
-    fn arm(&self) {
+    /// Watch port `index` for the next frontend (not once stopping).
+    fn arm(&self, index: usize) {
         if self.stopping.load(Ordering::Acquire) {
             return;
         }
@@ -121,8 +138,9 @@ impl<A: Admission> VolumeServer<A> {
             tracing::error!(volume = %self.volume.name, "takes no more frontends until the daemon restarts (see the error above)");
             return;
         }
-        let fd = self.lock_listener().as_raw_fd();
-        if let Some(&token) = self.token.get() {
+        let port = &self.ports[index];
+        let fd = port.lock_listener().as_raw_fd();
+        if let Some(&token) = port.token.get() {
             // Stopping meanwhile removed the socket: nothing to arm.
             if let Err(e) = self.acceptor.arm(token, fd) {
                 if !self.stopping.load(Ordering::Acquire) {
@@ -132,21 +150,11 @@ impl<A: Admission> VolumeServer<A> {
         }
     }
 
-    fn lock_listener(&self) -> std::sync::MutexGuard<'_, Listener> {
-        self.listener.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Accepts the waiting frontend and closes it at once: it cannot be served now.
-    fn turn_away(&self) {
-        if let Ok(Some(stream)) = self.lock_listener().accept() {
-            drop(stream);
-        }
-    }
-
-    /// One frontend's connection, from making its backend to its end; `accepted` is set
-    /// once the frontend is taken off the socket.
-    fn serve_one(&self, accepted: &mut bool) -> io::Result<()> {
+    /// One frontend's connection on port `index`, from making its backend to its end;
+    /// `accepted` is set once the frontend is taken off the socket.
+    fn serve_one(&self, index: usize, accepted: &mut bool) -> io::Result<()> {
         let name = &self.volume.name;
+        let port = &self.ports[index];
         let backend = Arc::new(VolumeBackend::new(self.volume.clone())?);
         let mut daemon = VhostUserDaemon::new(
             format!("vhost-{name}"),
@@ -189,22 +197,21 @@ impl<A: Admission> VolumeServer<A> {
             )?;
         }
         daemon
-            .start(&mut self.lock_listener())
+            .start(&mut port.lock_listener())
             .map_err(daemon_error)?;
         *accepted = true;
-        VolumeCounters::add(&self.volume.counters.connections, 1);
-        tracing::info!(volume = %name, "frontend connected");
+        let counters = &self.volume.counters;
+        VolumeCounters::add(&counters.connections, 1);
+        let socket = port.path.display();
+        tracing::info!(volume = %name, %socket, "frontend connected");
         let shutdown = daemon
             .shutdown_handle()
             .ok_or_else(|| io::Error::other("connected daemon has no shutdown handle"))?;
-        *self.lock() = Some(Connection {
+        *port.lock() = Some(Connection {
             backend: backend.clone(),
             shutdown: shutdown.clone(),
         });
-        self.volume
-            .counters
-            .connected
-            .store(true, Ordering::Release);
+        counters.frontends.fetch_add(1, Ordering::AcqRel);
         if self.stopping.load(Ordering::Acquire) {
             shutdown.shutdown();
         }
@@ -212,17 +219,14 @@ impl<A: Admission> VolumeServer<A> {
         let result = daemon.wait();
         backend.handshake.ended();
         let _ = watchdog.join();
-        self.lock().take();
-        self.volume
-            .counters
-            .connected
-            .store(false, Ordering::Release);
+        port.lock().take();
+        counters.frontends.fetch_sub(1, Ordering::AcqRel);
         // Dropping the daemon joins its worker thread, once told to end; dropping the
         // backend then waits for any I/O still in the kernel.
         backend.end_worker_thread();
         drop(daemon);
         let in_flight = backend.worker().in_flight();
-        tracing::info!(volume = %name, in_flight, "frontend disconnected");
+        tracing::info!(volume = %name, %socket, in_flight, "frontend disconnected");
         match result {
             // A frontend going away is the normal end of a connection.
             Err(vhost_user_backend::Error::HandleRequest(
@@ -253,38 +257,48 @@ impl<A: Admission> VolumeServer<A> {
             })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Connection<A>>> {
-        self.current.lock().unwrap_or_else(|e| e.into_inner())
+    /// The backends of the frontends connected now, with their shutdown handles.
+    fn connections(&self) -> Vec<(Arc<VolumeBackend<A>>, ShutdownHandle)> {
+        self.ports
+            .iter()
+            .filter_map(|p| {
+                p.lock()
+                    .as_ref()
+                    .map(|c| (c.backend.clone(), c.shutdown.clone()))
+            })
+            .collect()
     }
 
-    /// Lets the connected worker (if any) offer its parked requests again.
+    /// Lets the connected workers offer their parked requests again.
     pub fn wake(&self) {
-        if let Some(c) = self.lock().as_ref() {
-            c.backend.wake();
+        for port in &self.ports {
+            if let Some(c) = port.lock().as_ref() {
+                c.backend.wake();
+            }
         }
     }
 
-    /// Graceful stop: no new connections; the current frontend's requests are completed
-    /// and answered, then its connection is closed.
+    /// Graceful stop: no new connections; the current frontends' requests are completed
+    /// and answered, then their connections are closed.
     pub fn stop(&self) {
         if self.stopping.swap(true, Ordering::AcqRel) {
             return;
         }
-        if let Some(&token) = self.token.get() {
-            self.acceptor
-                .remove(token, self.lock_listener().as_raw_fd());
+        for port in &self.ports {
+            if let Some(&token) = port.token.get() {
+                self.acceptor
+                    .remove(token, port.lock_listener().as_raw_fd());
+            }
         }
-        let conn = self
-            .lock()
-            .as_ref()
-            .map(|c| (c.backend.clone(), c.shutdown.clone()));
-        if let Some((backend, shutdown)) = conn {
+        for (backend, shutdown) in self.connections() {
             if let Err(e) = backend.drain_all() {
                 tracing::warn!(volume = %self.volume.name, "drain failed: {e}");
             }
             shutdown.shutdown();
         }
-        crate::socket_path::remove_if_ours(&self.volume.socket, self.bound);
+        for port in &self.ports {
+            crate::socket_path::remove_if_ours(&port.path, port.bound);
+        }
     }
 }
 
@@ -293,9 +307,11 @@ impl<A: Admission> VolumeServer<A> {
     /// connected or it set up no channel for it (it sees the change when it next reads
     /// the config, at the latest when it reconnects).
     pub fn notify_config_change(&self) -> bool {
-        self.lock()
-            .as_ref()
-            .is_some_and(|c| c.backend.notify_config_change())
+        let mut told = false;
+        for (backend, _) in self.connections() {
+            told |= backend.notify_config_change();
+        }
+        told
     }
 
     /// Stops serving for good, for the volume's removal: refused while a frontend is
@@ -303,49 +319,113 @@ impl<A: Admission> VolumeServer<A> {
     /// connection first. Returns once the connection's thread has ended, so nothing of
     /// the volume is in flight or waiting any more; the socket file is gone.
     pub fn remove(&self, force: bool) -> Result<(), RemoveError> {
-        if !force && self.volume.counters.connected.load(Ordering::Acquire) {
+        if !force && self.volume.counters.connected() {
             return Err(RemoveError::Connected);
         }
         // A frontend accepted between the check and here is closed like a forced one.
         self.stop();
-        let thread = self
-            .connection_thread
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(thread) = thread {
-            let _ = thread.join();
+        for port in &self.ports {
+            let thread = port
+                .connection_thread
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+            if let Some(thread) = thread {
+                let _ = thread.join();
+            }
         }
         Ok(())
     }
 }
 
-impl<A: Admission> Acceptable for VolumeServer<A> {
+impl<A: Admission> Port<A> {
+    /// Binds a listening socket at `path` for `volume`, with the volume's access rights.
+    fn bind(volume: &Volume<A>, path: PathBuf) -> io::Result<Self> {
+        crate::socket_path::claim(&path, &format!("volume {}: socket", volume.name))?;
+        let cannot_listen = |path: &std::path::Path, e: &dyn std::fmt::Display| {
+            io::Error::other(format!(
+                "volume {}: cannot listen on {}: {e}",
+                volume.name,
+                path.display()
+            ))
+        };
+        let listener = Listener::new(&path, false).map_err(|e| cannot_listen(&path, &e))?;
+        let bound = crate::socket_path::id(&path);
+        let port = Port {
+            path,
+            bound,
+            listener: Mutex::new(listener),
+            token: OnceLock::new(),
+            current: Mutex::new(None),
+            connection_thread: Mutex::new(None),
+        };
+        // `turn_away` accepts only if a frontend is waiting. (The crate's accept loops
+        // while none is, so a connection is only accepted once the acceptor saw one.)
+        let configured = port
+            .lock_listener()
+            .set_nonblocking(true)
+            .map_err(|e| cannot_listen(&port.path, &e))
+            .and_then(|()| {
+                crate::socket_path::set_access(&port.path, volume.socket_mode, volume.socket_gid)
+                    .map_err(|e| {
+                        io::Error::other(format!(
+                            "volume {}: socket {}: cannot set its mode or group: {e}",
+                            volume.name,
+                            port.path.display()
+                        ))
+                    })
+            });
+        if let Err(e) = configured {
+            crate::socket_path::remove_if_ours(&port.path, port.bound);
+            return Err(e);
+        }
+        Ok(port)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Connection<A>>> {
+        self.current.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_listener(&self) -> std::sync::MutexGuard<'_, Listener> {
+        self.listener.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Accepts the waiting frontend and closes it at once: it cannot be served now.
+    fn turn_away(&self) {
+        if let Ok(Some(stream)) = self.lock_listener().accept() {
+            drop(stream);
+        }
+    }
+}
+
+impl<A: Admission> Acceptable for PortOf<A> {
     fn accept_ready(self: Arc<Self>) {
-        if self.stopping.load(Ordering::Acquire) {
+        let server = &self.server;
+        let port = &server.ports[self.index];
+        if server.stopping.load(Ordering::Acquire) {
             return;
         }
-        let s = Arc::clone(&self);
+        let (s, index) = (Arc::clone(server), self.index);
         // Held across the spawn: `remove` takes the handle only once it is stored.
-        let mut thread = self
+        let mut thread = port
             .connection_thread
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         // `remove` may have stopped the server since the check above: no thread then.
-        if self.stopping.load(Ordering::Acquire) {
+        if server.stopping.load(Ordering::Acquire) {
             return;
         }
         let spawned = std::thread::Builder::new()
-            .name(format!("vol-{}", self.volume.name))
-            .spawn(move || s.serve_connection());
+            .name(format!("vol-{}", server.volume.name))
+            .spawn(move || s.serve_connection(index));
         match spawned {
             // The previous connection's thread has ended: the socket is armed only then.
             Ok(handle) => *thread = Some(handle),
             Err(e) => {
                 drop(thread);
-                tracing::error!(volume = %self.volume.name, "cannot start a thread for a frontend ({e}): turned away");
-                self.turn_away();
-                self.arm();
+                tracing::error!(volume = %server.volume.name, "cannot start a thread for a frontend ({e}): turned away");
+                port.turn_away();
+                server.arm(self.index);
             }
         }
     }

@@ -279,6 +279,7 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
         let mut worker = self.worker();
         worker.drain(mask)?;
         worker.resume(mask);
+        worker.stopped(mask);
         Ok(())
     }
 
@@ -298,17 +299,15 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
         }
         let mut worker = self.worker();
         let t = self.tokens;
+        let memory = || {
+            let atomic = self.mem.read().unwrap_or_else(|e| e.into_inner());
+            atomic.memory().into_inner()
+        };
         let result = match device_event {
-            q if (q as usize) < vrings.len() => {
-                let memory = || {
-                    let atomic = self.mem.read().unwrap_or_else(|e| e.into_inner());
-                    atomic.memory().into_inner()
-                };
-                worker.on_kick(vrings, q, &memory)
-            }
+            q if (q as usize) < vrings.len() => worker.on_kick(vrings, q, &memory),
             e if e == t.completion => worker.on_completion(vrings),
             e if e == t.timer => worker.on_timer(vrings),
-            e if e == t.wake => worker.on_wake(vrings),
+            e if e == t.wake => worker.on_wake(vrings, &memory),
             other => {
                 tracing::warn!(volume = %self.volume.name, event = other, "unknown event");
                 Ok(())

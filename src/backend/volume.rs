@@ -44,11 +44,16 @@ pub struct VolumeCounters {
     /// Requests that went through the O_DIRECT bounce buffer.
     pub bounced: AtomicU64,
     pub connections: AtomicU64,
-    /// A frontend is connected now.
-    pub connected: std::sync::atomic::AtomicBool,
+    /// Frontends connected now: through the socket, the hand-over socket, or both.
+    pub frontends: std::sync::atomic::AtomicU32,
 }
 
 impl VolumeCounters {
+    /// Whether any frontend is connected now.
+    pub fn connected(&self) -> bool {
+        self.frontends.load(Ordering::Acquire) > 0
+    }
+
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
     }
@@ -77,6 +82,8 @@ pub struct Volume<A: Admission> {
     pub shared: std::sync::Arc<SharedDisk>,
     pub admission: A,
     pub counters: VolumeCounters,
+    /// Which connection may use the rings: the socket's or the hand-over socket's.
+    pub lease: super::lease::DataPlaneLease,
 }
 
 impl<A: Admission> Volume<A> {
@@ -112,6 +119,7 @@ impl<A: Admission> Volume<A> {
             shared,
             admission,
             counters: VolumeCounters::default(),
+            lease: Default::default(),
         }
     }
 

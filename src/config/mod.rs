@@ -434,14 +434,25 @@ impl Config {
                     "a group has this name (groups and volumes share names)",
                 ));
             }
-            if !sockets.insert(v.socket.as_path()) {
-                return Err(invalid(
-                    v.key(i, "socket"),
-                    format!("{} is already used by another volume", v.socket.display()),
-                ));
-            }
-            if self.control.socket.as_deref() == Some(v.socket.as_path()) {
-                return Err(invalid(v.key(i, "socket"), "same path as control.socket"));
+            // A volume listens on its socket and on `<socket>.handover` (design §8.9).
+            let handover = crate::socket_path::handover(&v.socket);
+            for path in [v.socket.clone(), handover] {
+                if !sockets.insert(path.clone()) {
+                    return Err(invalid(
+                        v.key(i, "socket"),
+                        format!(
+                            "{} is already used by another volume (as its socket or its \
+                             hand-over socket, <socket>.handover)",
+                            path.display()
+                        ),
+                    ));
+                }
+                if self.control.socket.as_deref() == Some(path.as_path()) {
+                    return Err(invalid(
+                        v.key(i, "socket"),
+                        format!("{} is control.socket", path.display()),
+                    ));
+                }
             }
             check_weight(&v.key(i, "weight"), v.weight)?;
             let key = |f: &str| v.key(i, f);

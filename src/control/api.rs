@@ -169,6 +169,10 @@ pub struct VolumeView {
     /// The volume's reservation (`{}`: none; a background volume then has a 1 % floor).
     pub reserve: Sourced<ReserveConfig>,
     pub socket: String,
+    /// Where a second frontend attaches while the first is connected: the destination of
+    /// a migration on this host (`<socket>.handover`).
+    #[serde(default)]
+    pub handover_socket: String,
     pub size: u64,
     /// Where its bytes are: its own file or block device (`path`), else `offset` on the
     /// device.
@@ -182,6 +186,9 @@ pub struct VolumeView {
     /// A frontend is connected now (a removal needs `force` then).
     #[serde(default)]
     pub connected: bool,
+    /// Frontends connected now: 2 while a migration on this host hands the volume over.
+    #[serde(default)]
+    pub frontends: u32,
 }
 
 /// `GET /v1/volumes`.

@@ -571,6 +571,9 @@ impl Control {
                 o.is_some_and(|o| o.reserve.is_some()),
             ),
             socket: v.socket.display().to_string(),
+            handover_socket: crate::socket_path::handover(&v.socket)
+                .display()
+                .to_string(),
             size: v.capacity(),
             path: cfg
                 .and_then(|c| c.path.as_ref())
@@ -578,7 +581,8 @@ impl Control {
             offset: v.host_offset,
             read_only: v.limits.read_only,
             connections: v.counters.connections.load(Relaxed),
-            connected: v.counters.connected.load(Relaxed),
+            connected: v.counters.connected(),
+            frontends: v.counters.frontends.load(Relaxed),
         }
     }
 

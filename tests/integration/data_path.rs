@@ -492,6 +492,11 @@ fn sigterm_completes_in_flight_io_and_exits_zero() {
     assert!(status.success(), "exit status {status:?}");
     assert_eq!(first[0].1, 0);
     assert!(!std::path::Path::new(&sock).exists(), "socket removed");
+    let handover = sock + ".handover";
+    assert!(
+        !std::path::Path::new(&handover).exists(),
+        "hand-over socket removed"
+    );
 }
 
 /// A guest buffer across two memory regions (RAM around a hole, or hot-plugged memory)

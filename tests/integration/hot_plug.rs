@@ -95,8 +95,8 @@ fn volumes_come_and_go_while_another_keeps_serving() {
             drop(hot);
         }
         assert!(
-            !d.path("hot.sock").exists(),
-            "round {i}: the socket file is gone"
+            !d.path("hot.sock").exists() && !d.path("hot.sock.handover").exists(),
+            "round {i}: the socket files are gone"
         );
         let (status, _) = control_call(&d, "GET", "/v1/volumes/hot", None);
         assert_eq!(status, 404);

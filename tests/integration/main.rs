@@ -15,6 +15,7 @@ mod drain;
 mod emulated;
 mod faults;
 mod guest;
+mod handover;
 mod hostile;
 mod hot_plug;
 mod libvirt;

@@ -115,9 +115,11 @@ fn volume_sockets_get_the_configured_mode_and_group() {
         "socket_mode = \"0660\"\nsocket_group = \"disk\"",
     ) + &volume("b", 16, 16, "");
     let d = DaemonProcess::start(&config("", &volumes));
-    let a = std::fs::metadata(d.socket("a")).unwrap();
-    assert_eq!(a.permissions().mode() & 0o7777, 0o660);
-    assert_eq!(a.gid(), disk_gid);
+    for socket in [d.socket("a"), d.socket("a") + ".handover"] {
+        let a = std::fs::metadata(&socket).unwrap();
+        assert_eq!(a.permissions().mode() & 0o7777, 0o660, "{socket}");
+        assert_eq!(a.gid(), disk_gid, "{socket}");
+    }
     // Without the keys the socket keeps what the umask and the daemon's group give.
     let b = std::fs::metadata(d.socket("b")).unwrap();
     assert_eq!(b.gid(), effective_gid());

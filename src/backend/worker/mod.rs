@@ -50,6 +50,15 @@ pub struct Worker<A: Admission> {
     waiting_for_slot: bool,
     /// The frontend acked LOG_ALL (a migration): reads log the guest pages they wrote.
     pub dirty_logging: bool,
+    /// This connection in the volume's data-plane lease ([`crate::backend::lease`]).
+    lease_id: crate::backend::lease::Holder,
+    /// Queues popped from since they were last stopped: the lease is held while any is.
+    serving: u64,
+    /// Queues kicked while the volume's other connection held the lease, popped when it
+    /// comes free.
+    deferred: u64,
+    /// A kick waited for the other connection's rings since this one last served.
+    waited_for_rings: bool,
     fifo: AdmitQueue<Popped, A::Ticket>,
     inflight: Vec<Option<InFlight<A::Ticket>>>,
     free_slots: Vec<usize>,
@@ -97,13 +106,18 @@ impl<A: Admission> Worker<A> {
             .file
             .as_ref()
             .map(std::os::unix::io::AsRawFd::as_raw_fd);
-        Ok(Worker {
+        let wake_evt = Arc::new(EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC)?);
+        let mut worker = Worker {
             engine: Engine::new(entries, file)?,
             timer: TimerFd::new()?,
             timer_deadline: WaitDeadline::default(),
-            wake_evt: Arc::new(EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC)?),
+            wake_evt: wake_evt.clone(),
             waiting_for_slot: false,
             dirty_logging: false,
+            lease_id: 0,
+            serving: 0,
+            deferred: 0,
+            waited_for_rings: false,
             fifo: AdmitQueue::default(),
             inflight: Vec::new(),
             free_slots: Vec::new(),
@@ -121,7 +135,10 @@ impl<A: Admission> Worker<A> {
             iovec_pool: IovecPool::default(),
             emulated_prev_end: None,
             volume,
-        })
+        };
+        // Joined last: a worker that failed to build never holds or waits for the lease.
+        worker.lease_id = worker.volume.lease.join(wake_evt);
+        Ok(worker)
     }
 
     pub fn completion_fd(&self) -> std::os::unix::io::RawFd {
@@ -156,12 +173,52 @@ impl<A: Admission> Worker<A> {
         self.pump()
     }
 
-    /// Another volume freed a device slot.
-    pub fn on_wake(&mut self, vrings: &[Vring]) -> io::Result<()> {
+    /// Another volume freed a device slot, the planner changed budgets, or the volume's
+    /// other connection gave up the rings: pop the kicks that waited for them.
+    pub fn on_wake(&mut self, vrings: &[Vring], memory: &dyn Fn() -> Arc<Mem>) -> io::Result<()> {
         self.remember_vrings(vrings);
         let _ = self.wake_evt.read();
         self.waiting_for_slot = false;
+        let mut deferred = std::mem::take(&mut self.deferred);
+        while deferred != 0 {
+            let q = deferred.trailing_zeros() as u16;
+            deferred &= deferred - 1;
+            if usize::from(q) < vrings.len() {
+                self.on_kick(vrings, q, memory)?;
+            }
+        }
         self.pump()
+    }
+
+    /// Whether this connection may pop from queue `bit` now: it holds the volume's
+    /// data-plane lease or takes it. Otherwise the kick is kept for when it comes free.
+    fn may_serve(&mut self, bit: u64) -> bool {
+        if self.serving == 0 && !self.volume.lease.try_hold(self.lease_id) {
+            if !std::mem::replace(&mut self.waited_for_rings, true) {
+                tracing::info!(volume = %self.volume.name, "the volume's other frontend is using the rings (a migration hand-over): this one waits until they are stopped");
+            }
+            self.deferred |= bit;
+            return false;
+        }
+        if std::mem::take(&mut self.waited_for_rings) {
+            tracing::info!(volume = %self.volume.name, "the other frontend stopped its rings: this one serves the volume now");
+        }
+        self.serving |= bit;
+        true
+    }
+
+    /// The frontend stopped the queues in `mask` (GET_VRING_BASE, after `drain`): once
+    /// none this connection popped from is running, the volume's other connection may
+    /// take the rings.
+    pub fn stopped(&mut self, mask: u64) {
+        self.deferred &= !mask;
+        self.waited_for_rings &= self.deferred != 0;
+        if self.serving != 0 {
+            self.serving &= !mask;
+            if self.serving == 0 {
+                self.volume.lease.release(self.lease_id);
+            }
+        }
     }
 
     /// Dispatches what may go, submits, completes what finished, until nothing moves; then
@@ -290,6 +347,9 @@ impl<A: Admission> Drop for Worker<A> {
     /// QoS hears about every admitted request, so the volume can go idle.
     fn drop(&mut self) {
         self.settle();
+        // Only the lease holder pops, so only a worker with parked requests can be the
+        // one admission control told to wait.
+        let was_waiting = !self.fifo.is_empty();
         let admission = &self.volume.admission;
         while self.in_flight_count > 0 {
             if let Err(e) = self.engine.wait_for_completion() {
@@ -349,6 +409,9 @@ impl<A: Admission> Drop for Worker<A> {
             }
         }
         admission.complete(&self.settled);
-        admission.abandon_wait();
+        if was_waiting {
+            admission.abandon_wait();
+        }
+        self.volume.lease.leave(self.lease_id);
     }
 }

@@ -1,0 +1,122 @@
+//! Which of a volume's connections may use its rings (design §8.9).
+//!
+//! A volume takes a second frontend on its hand-over socket, so that a migration's
+//! destination QEMU on the same host can attach while the source is still connected. Two
+//! connections must never serve the guest's rings at once: the volume's QoS state and the
+//! guest's own ordering assume one worker. The lease is that rule. A connection's worker
+//! takes it when it first pops from a ready ring and gives it back once every ring it
+//! popped from has been stopped (GET_VRING_BASE, after which its requests are all
+//! answered), or when the connection ends. A worker kicked while the other holds the lease
+//! remembers the kick and is woken when the lease comes free.
+//!
+//! With QEMU the lease is never contended: the source stops its rings before the
+//! destination starts its own. It turns a mistake (a stale source resumed after its
+//! destination took over) into waiting rather than two writers.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use vmm_sys_util::eventfd::EventFd;
+
+/// A connection's identity in its volume's lease (never 0, which means "free").
+pub type Holder = u64;
+
+#[derive(Default)]
+pub struct DataPlaneLease {
+    holder: AtomicU64,
+    last_id: AtomicU64,
+    /// Every connection of the volume, with the eventfd that wakes its worker.
+    peers: Mutex<Vec<(Holder, Arc<EventFd>)>>,
+}
+
+impl DataPlaneLease {
+    /// A new connection, woken through `wake` when the lease comes free.
+    pub fn join(&self, wake: Arc<EventFd>) -> Holder {
+        let id = self.last_id.fetch_add(1, Ordering::Relaxed) + 1;
+        self.lock().push((id, wake));
+        id
+    }
+
+    /// The connection is over: it gives the lease back if it held it.
+    pub fn leave(&self, id: Holder) {
+        self.release(id);
+        self.lock().retain(|(peer, _)| *peer != id);
+    }
+
+    /// Takes the lease for `id`; true if `id` holds it now.
+    pub fn try_hold(&self, id: Holder) -> bool {
+        match self
+            .holder
+            .compare_exchange(0, id, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => true,
+            Err(current) => current == id,
+        }
+    }
+
+    /// Gives the lease back if `id` holds it, and wakes the other connections.
+    pub fn release(&self, id: Holder) {
+        if self
+            .holder
+            .compare_exchange(id, 0, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            for (peer, wake) in self.lock().iter() {
+                if *peer != id {
+                    let _ = wake.write(1);
+                }
+            }
+        }
+    }
+
+    /// The connection holding the lease, 0 when free.
+    pub fn holder(&self) -> Holder {
+        self.holder.load(Ordering::Acquire)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(Holder, Arc<EventFd>)>> {
+        self.peers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn eventfd() -> Arc<EventFd> {
+        Arc::new(EventFd::new(libc::EFD_NONBLOCK).unwrap())
+    }
+
+    #[test]
+    fn one_holder_at_a_time_and_the_other_is_woken_on_release() {
+        let lease = DataPlaneLease::default();
+        let (wake_a, wake_b) = (eventfd(), eventfd());
+        let a = lease.join(wake_a.clone());
+        let b = lease.join(wake_b.clone());
+        assert_ne!(a, b);
+        assert!(lease.try_hold(a));
+        assert!(lease.try_hold(a), "holding again is a no-op");
+        assert!(!lease.try_hold(b));
+        lease.release(b);
+        assert_eq!(lease.holder(), a, "only the holder releases");
+        assert!(wake_b.read().is_err(), "nothing to wake for yet");
+        lease.release(a);
+        assert_eq!(wake_b.read().unwrap(), 1, "b is woken");
+        assert!(wake_a.read().is_err(), "the releaser is not");
+        assert!(lease.try_hold(b));
+    }
+
+    #[test]
+    fn leaving_gives_the_lease_back() {
+        let lease = DataPlaneLease::default();
+        let wake_b = eventfd();
+        let a = lease.join(eventfd());
+        let b = lease.join(wake_b.clone());
+        assert!(lease.try_hold(a));
+        lease.leave(a);
+        assert_eq!(lease.holder(), 0);
+        assert_eq!(wake_b.read().unwrap(), 1);
+        lease.leave(b);
+        assert!(lease.lock().is_empty());
+    }
+}

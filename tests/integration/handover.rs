@@ -1,0 +1,151 @@
+//! Same-host migration hand-over (issue #15 item 3, design §8.9): a second frontend
+//! attaches through the volume's hand-over socket while the first is connected, and only
+//! one of them uses the rings at a time. The raw frontends here play QEMU's source and
+//! destination message for message; `guest.rs` migrates a real guest.
+
+use crate::client::pattern;
+use crate::daemon::{config, control_get, volume, DaemonProcess};
+use crate::raw_frontend::{Options, RawFrontend, S_OK, T_OUT};
+use std::time::{Duration, Instant};
+
+/// The daemon's line for a kick that waits for the other connection's rings.
+const WAITS: &str = "this one waits until they are stopped";
+
+/// Waits (up to 10 s) until the daemon has logged `needle` at least `n` times.
+fn wait_for_lines(d: &DaemonProcess, needle: &str, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let seen = d
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(needle))
+            .count();
+        if seen >= n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{needle:?} logged {seen} of {n} times:\n{}",
+            d.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Waits (up to 10 s) until GET shows `n` frontends connected to `name` (the daemon counts
+/// a frontend on its own thread, just after accepting it).
+fn wait_frontends(d: &DaemonProcess, name: &str, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while control_get(d, &format!("/v1/volumes/{name}"))["frontends"] != n {
+        assert!(Instant::now() < deadline, "{name} never had {n} frontends");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Submits a write of `data` at `sector` on queue 0 and kicks, without waiting.
+fn submit_write(f: &mut RawFrontend, sector: u64, data: &[u8]) {
+    let (chain, buf) = f.rw_chain(T_OUT, sector, data.len());
+    f.write(buf, data);
+    f.submit(0, &chain);
+    f.kick(0);
+}
+
+#[test]
+fn the_destination_attaches_beside_the_source_and_takes_the_rings_when_they_stop() {
+    let d = DaemonProcess::start(&config(
+        "[control]\nsocket = \"control.sock\"\n",
+        &volume("v", 0, 8, ""),
+    ));
+    let view = control_get(&d, "/v1/volumes/v");
+    let handover = d.socket("v") + ".handover";
+    let expected = format!("{}.handover", view["socket"].as_str().unwrap());
+    assert_eq!(view["handover_socket"], expected.as_str());
+
+    // The source serves the guest.
+    let mut source = RawFrontend::connect(&d.socket("v"), Options::default());
+    let first = pattern(0, 8 * 512, 1);
+    assert_eq!(source.write_sectors(0, 0, &first), S_OK as u8);
+
+    // The destination completes its handshake and starts its ring while the source runs
+    // (as QEMU's would only after the source stopped): its request waits.
+    let mut dest = RawFrontend::connect(&handover, Options::default());
+    wait_frontends(&d, "v", 2);
+    let second = pattern(8 * 512, 8 * 512, 2);
+    submit_write(&mut dest, 8, &second);
+    wait_for_lines(&d, WAITS, 1);
+    // The source keeps being served meanwhile.
+    let (status, back) = source.read_sectors(0, 0, first.len());
+    assert_eq!((status, back), (S_OK as u8, first.clone()));
+    assert_eq!(
+        dest.used_idx(0),
+        0,
+        "the destination was served beside the source"
+    );
+
+    // GET_VRING_BASE stops the source's ring: the destination's waiting request goes.
+    assert_eq!(source.get_vring_base(0), 2);
+    let used = dest.wait_used(0, 1);
+    assert_eq!(used.len(), 1);
+    assert!(d.wait_for_log("this one serves the volume now"));
+    let (status, back) = dest.read_sectors(0, 0, first.len());
+    assert_eq!(
+        (status, back),
+        (S_OK as u8, first.clone()),
+        "the source's data"
+    );
+    let (status, back) = dest.read_sectors(0, 8, second.len());
+    assert_eq!(
+        (status, back),
+        (S_OK as u8, second.clone()),
+        "its own write"
+    );
+
+    // A source resumed by mistake after the hand-over waits instead of writing beside
+    // the destination ...
+    let base = source.avail_idx(0);
+    source.start_queue(0, base);
+    let third = pattern(16 * 512, 8 * 512, 3);
+    submit_write(&mut source, 16, &third);
+    wait_for_lines(&d, WAITS, 2);
+    let (status, _) = dest.read_sectors(0, 16, third.len());
+    assert_eq!(status, S_OK as u8);
+    assert_eq!(source.used_idx(0), 2, "the stale source was served");
+
+    // ... until the destination goes away, which frees the rings.
+    drop(dest);
+    let used = source.wait_used(0, 1);
+    assert_eq!(used.len(), 1);
+    let (status, back) = source.read_sectors(0, 16, third.len());
+    assert_eq!((status, back), (S_OK as u8, third));
+    assert_eq!(control_get(&d, "/v1/volumes/v")["frontends"], 1);
+}
+
+/// After a hand-over the volume serves the next frontend on either socket, and the
+/// sockets of a volume that is removed are both gone.
+#[test]
+fn both_sockets_take_frontends_again_after_a_hand_over() {
+    let d = DaemonProcess::start(&config("", &volume("v", 0, 8, "")));
+    let data = pattern(0, 4096, 7);
+    let handover = d.socket("v") + ".handover";
+    for (round, socket) in [d.socket("v"), handover.clone(), d.socket("v")]
+        .iter()
+        .enumerate()
+    {
+        let mut f = RawFrontend::connect(socket, Options::default());
+        assert_eq!(
+            f.write_sectors(0, round as u64 * 8, &data),
+            S_OK as u8,
+            "round {round}"
+        );
+        let (status, back) = f.read_sectors(0, round as u64 * 8, data.len());
+        assert_eq!((status, back), (S_OK as u8, data.clone()), "round {round}");
+        // Connection end frees the rings for the next one, stopped or not.
+        drop(f);
+    }
+    let (status, dir) = d.stop();
+    assert!(status.success());
+    assert!(!dir.path().join("v.sock").exists());
+    assert!(!std::path::Path::new(&handover).exists());
+}
