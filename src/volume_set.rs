@@ -159,8 +159,9 @@ impl VolumeSet {
     }
 
     /// Removes a volume: refused while a frontend is connected unless `force`, which
-    /// completes its in-flight requests and closes the connection first. Its socket file
-    /// is removed; its own file (`path`) or its range of the device is left as it is.
+    /// completes its in-flight requests and closes the connections first. Its socket
+    /// files are removed; its own file (`path`) or its range of the device is left as it
+    /// is.
     pub fn remove(&self, name: &str, force: bool) -> Result<(), VolumeSetError> {
         let _one = self.changing.lock().unwrap_or_else(|e| e.into_inner());
         let server = self

@@ -11,6 +11,10 @@
 #   --timeout SECS   hard limit for the whole guest run (default 240); exit 124 when hit
 #   --reconnect      add reconnect=1 to the chardev (QEMU reconnects when the daemon restarts)
 #   --kernel K --initrd I   boot these (default: whatever prepare.sh prints)
+#   --qmp PATH       a QMP control socket at PATH (for a test driving a migration)
+#   --incoming URI   start as a migration's destination, waiting for it on URI (for
+#                    example tcp:127.0.0.1:4444); the console then shows the migrated
+#                    guest from where it was
 #   KERNEL_ARG       e.g. fio.name=j fio.rw=randread fio.runtime=5 harness.wait=1
 # Standard input is passed to the serial console (not when it is a terminal), so a test can
 # release guests booted with harness.wait=1 by writing a line.
@@ -19,7 +23,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 sock= log= smp=1 mem=512M queues=2 limit=240 reconnect= kernel= initrd=
-usage() { sed -n '2,20p' "$0" >&2; exit 2; }
+extra=()
+usage() { sed -n '2,24p' "$0" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --socket) sock=$2; shift 2 ;;
@@ -31,6 +36,8 @@ while [ $# -gt 0 ]; do
         --reconnect) reconnect=,reconnect=1; shift ;;
         --kernel) kernel=$2; shift 2 ;;
         --initrd) initrd=$2; shift 2 ;;
+        --qmp) extra+=(-qmp "unix:$2,server=on,wait=off"); shift 2 ;;
+        --incoming) extra+=(-incoming "$2"); shift 2 ;;
         --) shift; break ;;
         -h|--help) usage ;;
         -*) echo "run-guest.sh: unknown option $1" >&2; usage ;;
@@ -66,6 +73,7 @@ timeout -k 5 "$limit" qemu-system-x86_64 -accel tcg -smp "$smp" \
     -nographic -no-reboot -nic none \
     -chardev "socket,id=disk0,path=$sock$reconnect" \
     -device "vhost-user-blk-pci,chardev=disk0,num-queues=$queues" \
+    "${extra[@]}" \
     <&3 >>"$log" 2>&1 &
 pid=$!
 exec 3<&-

@@ -4,8 +4,8 @@
 //!
 //! Each socket is armed for one readiness at a time (`EPOLLONESHOT`). The acceptor hands
 //! a ready socket to its volume's server, which accepts the frontend on a thread of its
-//! own and arms the socket again when that connection ends: a volume serves one frontend
-//! at a time, and the next one waits in the socket's backlog.
+//! own and arms the socket again when that connection ends: a socket serves one frontend
+//! at a time, and the next one waits in its backlog.
 
 use std::io;
 use std::os::unix::io::{AsRawFd, RawFd};

@@ -1,4 +1,4 @@
-//! The handshake deadline. Each volume serves one frontend at a time, so a client that
+//! The handshake deadline. Each volume socket serves one frontend at a time, so a client that
 //! connects and then says nothing (or half a message) would keep the VM's real frontend
 //! out for good. Every frontend asks for the device features first (QEMU and
 //! cloud-hypervisor within milliseconds of connecting); one that has not done so within

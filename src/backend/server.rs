@@ -316,8 +316,8 @@ impl<A: Admission> VolumeServer<A> {
 
     /// Stops serving for good, for the volume's removal: refused while a frontend is
     /// connected unless `force`, which completes its in-flight requests and closes the
-    /// connection first. Returns once the connection's thread has ended, so nothing of
-    /// the volume is in flight or waiting any more; the socket file is gone.
+    /// connections first. Returns once the connections' threads have ended, so nothing
+    /// of the volume is in flight or waiting any more; the socket files are gone.
     pub fn remove(&self, force: bool) -> Result<(), RemoveError> {
         if !force && self.volume.counters.connected() {
             return Err(RemoveError::Connected);

@@ -147,28 +147,34 @@ impl Drop for Ctx {
 }
 
 #[derive(Clone)]
-struct GuestSpec {
-    smp: u32,
-    reconnect: bool,
+pub(crate) struct GuestSpec {
+    pub smp: u32,
+    pub reconnect: bool,
     /// Boot, print "HARNESS: ready" and wait for `Guest::go` before running fio.
-    wait: bool,
+    pub wait: bool,
     /// fio options without the leading `--`, in order (`name=...` starts a new job).
-    fio: Vec<String>,
+    pub fio: Vec<String>,
+    /// A QMP socket at this path.
+    pub qmp: Option<PathBuf>,
+    /// Start as a migration's destination, listening on this URI.
+    pub incoming: Option<String>,
 }
 
 impl GuestSpec {
-    fn new(fio: Vec<String>) -> Self {
+    pub(crate) fn new(fio: Vec<String>) -> Self {
         GuestSpec {
             smp: 1,
             reconnect: false,
             wait: false,
             fio,
+            qmp: None,
+            incoming: None,
         }
     }
 }
 
 /// A running run-guest.sh (and so one QEMU), stopped by PID when dropped.
-struct Guest {
+pub(crate) struct Guest {
     child: Option<Child>,
     stdin: Option<ChildStdin>,
     log: PathBuf,
@@ -182,7 +188,7 @@ pub(crate) struct GuestRun {
 }
 
 impl Guest {
-    fn start(image: &Image, socket: &str, log: PathBuf, spec: &GuestSpec) -> Guest {
+    pub(crate) fn start(image: &Image, socket: &str, log: PathBuf, spec: &GuestSpec) -> Guest {
         let _ = std::fs::remove_file(&log);
         let mut args: Vec<String> = vec![
             "--socket".into(),
@@ -200,6 +206,14 @@ impl Guest {
         ];
         if spec.reconnect {
             args.push("--reconnect".into());
+        }
+        if let Some(qmp) = &spec.qmp {
+            args.push("--qmp".into());
+            args.push(qmp.to_string_lossy().into_owned());
+        }
+        if let Some(uri) = &spec.incoming {
+            args.push("--incoming".into());
+            args.push(uri.clone());
         }
         args.push("--".into());
         if spec.wait {
@@ -222,12 +236,12 @@ impl Guest {
         }
     }
 
-    fn console(&self) -> String {
+    pub(crate) fn console(&self) -> String {
         console_text(&self.log)
     }
 
     /// Waits until the console shows `needle`; false if the guest exits or time runs out.
-    fn wait_for(&mut self, needle: &str, timeout: Duration) -> bool {
+    pub(crate) fn wait_for(&mut self, needle: &str, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
             if self.console().contains(needle) {
@@ -243,7 +257,7 @@ impl Guest {
     }
 
     /// Releases a guest started with `wait`: a line on its serial console.
-    fn go(&mut self) {
+    pub(crate) fn go(&mut self) {
         let stdin = self.stdin.as_mut().expect("guest started without wait");
         stdin.write_all(b"go\n").unwrap();
         stdin.flush().unwrap();
@@ -252,7 +266,7 @@ impl Guest {
     /// Waits for the guest to power off (run-guest.sh enforces GUEST_TIMEOUT; this waits a
     /// little longer, then stops it). Fails early if daemon `d` stops or panics meanwhile:
     /// the guest would only hang until the timeout.
-    fn finish(mut self, d: &DaemonProcess) -> GuestRun {
+    pub(crate) fn finish(mut self, d: &DaemonProcess) -> GuestRun {
         let mut child = self.child.take().unwrap();
         let deadline = Instant::now() + GUEST_TIMEOUT + Duration::from_secs(20);
         let mut daemon_gone: Option<Instant> = None;
@@ -454,7 +468,7 @@ fn job<'a>(json: &'a Value, name: &str) -> &'a Value {
 }
 
 /// A daemon config: one 512 MiB sparse file, 2-queue volumes of `size_mib` MiB each.
-fn guest_config(device_extra: &str, volumes: &[(&str, u64, &str)]) -> String {
+pub(crate) fn guest_config(device_extra: &str, volumes: &[(&str, u64, &str)]) -> String {
     let mut c =
         format!("[device]\npath = \"disk.img\"\ncreate_size = \"512MiB\"\n{device_extra}\n");
     let mut offset = 0;
