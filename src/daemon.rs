@@ -38,6 +38,10 @@ pub struct Daemon {
 impl Daemon {
     /// Opens the device and starts serving every volume.
     pub fn start(config: &Config) -> Result<Self, DaemonError> {
+        match crate::fd_limit::raise() {
+            Ok(limit) => tracing::debug!(limit, "descriptor limit"),
+            Err(e) => tracing::warn!("cannot raise the descriptor limit: {e}"),
+        }
         let disk = HostDisk::open(&config.device)?;
         config.validate_layout(disk.size, disk.block_size)?;
         tracing::info!(

@@ -29,6 +29,7 @@
 //! - [`size`]: byte sizes as configs write them (`"64MiB"`).
 //! - [`duration`]: durations as configs, the API and job files write them.
 //! - [`instance_lock`]: one daemon per host disk (an exclusive `flock` on it).
+//! - [`fd_limit`]: the descriptor limit raised for thousands of volumes.
 //! - [`logging`]: the `tracing` setup, with rate limits for log lines a guest can cause.
 //! - [`rng`]: a small deterministic PRNG (simulator, load generator, profile).
 //! - [`sd_notify`]: systemd's readiness notification for `Type=notify` units.
@@ -43,6 +44,7 @@ pub mod cost_model;
 pub mod daemon;
 pub(crate) mod duration;
 pub mod emulated;
+pub(crate) mod fd_limit;
 pub mod instance_lock;
 pub mod loadgen;
 pub mod logging;

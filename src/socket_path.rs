@@ -11,6 +11,10 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
+/// The longest path a Unix socket can be bound at (`sun_path` holds 108 bytes, the last
+/// a NUL).
+pub const MAX_LEN: usize = 107;
+
 /// The hand-over socket of a volume whose socket is `socket`: `<socket>.handover`, where a
 /// second frontend (a migration's destination on this host) attaches while the first is
 /// still connected (design §8.9).

@@ -4,8 +4,8 @@
 //! destination QEMU on the same host can attach while the source is still connected. Two
 //! connections must never serve the guest's rings at once: the volume's QoS state and the
 //! guest's own ordering assume one worker. The lease is that rule. A connection's worker
-//! takes it when it first pops from a ready ring and gives it back once every ring it
-//! popped from has been stopped (GET_VRING_BASE, after which its requests are all
+//! takes it when one of its rings is first ready and kicked, and gives it back once every
+//! ring it served has been stopped (GET_VRING_BASE, after which its requests are all
 //! answered), or when the connection ends. A worker kicked while the other holds the lease
 //! remembers the kick and is woken when the lease comes free.
 //!

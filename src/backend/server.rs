@@ -89,9 +89,19 @@ impl<A: Admission> VolumeServer<A> {
             acceptor: Arc::clone(acceptor),
             gave_up: AtomicBool::new(false),
         });
+        // Both sockets are registered before either is armed: a frontend already waiting
+        // is taken only once the volume is wholly set up.
         for index in 0..PORTS {
             if let Err(e) = server.watch(index) {
                 server.stop();
+                return Err(e);
+            }
+        }
+        for index in 0..PORTS {
+            if let Err(e) = server.arm_port(index) {
+                // A frontend may have been taken on a socket armed already: end its
+                // connection and wait for its thread before the volume goes.
+                let _ = server.remove(true);
                 return Err(e);
             }
         }
@@ -99,7 +109,7 @@ impl<A: Admission> VolumeServer<A> {
         Ok(server)
     }
 
-    /// Has the acceptor watch port `index`.
+    /// Registers port `index` with the acceptor, not armed yet.
     fn watch(self: &Arc<Self>, index: usize) -> io::Result<()> {
         let port = &self.ports[index];
         let fd = port.lock_listener().as_raw_fd();
@@ -109,7 +119,7 @@ impl<A: Admission> VolumeServer<A> {
         });
         let token = self.acceptor.add(fd, owner)?;
         let _ = port.token.set(token);
-        self.acceptor.arm(token, fd)
+        Ok(())
     }
 
     /// A frontend's connection on port `index`, on its own thread; then that socket is
@@ -138,15 +148,21 @@ impl<A: Admission> VolumeServer<A> {
             tracing::error!(volume = %self.volume.name, "takes no more frontends until the daemon restarts (see the error above)");
             return;
         }
+        // Stopping meanwhile removed the socket: nothing to arm.
+        if let Err(e) = self.arm_port(index) {
+            if !self.stopping.load(Ordering::Acquire) {
+                tracing::error!(volume = %self.volume.name, "cannot wait for the next frontend: {e}");
+            }
+        }
+    }
+
+    /// Has the acceptor tell of port `index`'s next frontend.
+    fn arm_port(&self, index: usize) -> io::Result<()> {
         let port = &self.ports[index];
         let fd = port.lock_listener().as_raw_fd();
-        if let Some(&token) = port.token.get() {
-            // Stopping meanwhile removed the socket: nothing to arm.
-            if let Err(e) = self.acceptor.arm(token, fd) {
-                if !self.stopping.load(Ordering::Acquire) {
-                    tracing::error!(volume = %self.volume.name, "cannot wait for the next frontend: {e}");
-                }
-            }
+        match port.token.get() {
+            Some(&token) => self.acceptor.arm(token, fd),
+            None => Ok(()),
         }
     }
 
@@ -207,6 +223,8 @@ impl<A: Admission> VolumeServer<A> {
         let shutdown = daemon
             .shutdown_handle()
             .ok_or_else(|| io::Error::other("connected daemon has no shutdown handle"))?;
+        // Before the connection is recorded: a failure here leaves nothing counted.
+        let watchdog = self.watch_handshake(&backend, &shutdown)?;
         *port.lock() = Some(Connection {
             backend: backend.clone(),
             shutdown: shutdown.clone(),
@@ -215,7 +233,6 @@ impl<A: Admission> VolumeServer<A> {
         if self.stopping.load(Ordering::Acquire) {
             shutdown.shutdown();
         }
-        let watchdog = self.watch_handshake(&backend, &shutdown)?;
         let result = daemon.wait();
         backend.handshake.ended();
         let _ = watchdog.join();

@@ -158,6 +158,22 @@ impl<A: Admission> VolumeBackend<A> {
         self.worker().drain_for_shutdown(mask)
     }
 
+    /// Completes every request popped from the queues in `mask` and stops taking new
+    /// ones until they restart; the rings they leave are free for the volume's other
+    /// connection (design §8.9).
+    fn stop_queues(&self, mask: u64) -> io::Result<()> {
+        let mut worker = self.worker();
+        if let Err(e) = worker.drain(mask) {
+            // Requests may still be in flight: the rings stay with this connection, and
+            // go to the other one only when this one ends.
+            tracing::error!(volume = %self.volume.name, "cannot complete the stopped queues' requests ({e}): the volume's other frontend gets the rings only once this one disconnects");
+            return Err(e);
+        }
+        worker.resume(mask);
+        worker.stopped(mask);
+        Ok(())
+    }
+
     fn all_queues_mask(&self) -> u64 {
         if self.volume.num_queues >= 64 {
             u64::MAX
@@ -276,11 +292,15 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
             return Ok(());
         }
         let mask = 1u64 << queue_index;
-        let mut worker = self.worker();
-        worker.drain(mask)?;
-        worker.resume(mask);
-        worker.stopped(mask);
-        Ok(())
+        self.stop_queues(mask)
+    }
+
+    /// RESET_DEVICE: the crate has disabled every ring; the requests popped from them are
+    /// completed, and the volume's other connection may take the rings.
+    fn reset_device(&self) {
+        if let Err(e) = self.stop_queues(self.all_queues_mask()) {
+            tracing::error!(volume = %self.volume.name, "device reset: {e}");
+        }
     }
 
     fn handle_event(

@@ -436,6 +436,18 @@ impl Config {
             }
             // A volume listens on its socket and on `<socket>.handover` (design §8.9).
             let handover = crate::socket_path::handover(&v.socket);
+            if handover.as_os_str().len() > crate::socket_path::MAX_LEN {
+                return Err(invalid(
+                    v.key(i, "socket"),
+                    format!(
+                        "{} is too long: a Unix socket path holds at most {} bytes, and the \
+                         volume also listens on <socket>.handover ({} bytes)",
+                        v.socket.display(),
+                        crate::socket_path::MAX_LEN,
+                        handover.as_os_str().len()
+                    ),
+                ));
+            }
             for path in [v.socket.clone(), handover] {
                 if !sockets.insert(path.clone()) {
                     return Err(invalid(

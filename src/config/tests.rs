@@ -104,6 +104,20 @@ fn ranges_past_the_device_end_are_refused() {
 }
 
 #[test]
+fn a_socket_whose_handover_path_cannot_be_bound_is_refused() {
+    let long = format!("/run/{}.sock", "v".repeat(89));
+    assert_eq!(long.len() + ".handover".len(), 108);
+    let e = err_of(&BASE.replace("socket = \"a.sock\"", &format!("socket = \"{long}\"")));
+    assert!(
+        e.contains("\"a\".socket") && e.contains("<socket>.handover"),
+        "{e}"
+    );
+    let fits = format!("/run/{}.sock", "v".repeat(88));
+    let cfg = BASE.replace("socket = \"a.sock\"", &format!("socket = \"{fits}\""));
+    assert!(Config::parse(&cfg).is_ok());
+}
+
+#[test]
 fn duplicate_names_and_sockets_are_refused() {
     let e = err_of(&BASE.replace("name = \"b\"", "name = \"a\""));
     assert!(e.contains("duplicate volume name"), "{e}");

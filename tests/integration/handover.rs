@@ -4,7 +4,7 @@
 //! destination message for message; `guest.rs` migrates a real guest.
 
 use crate::client::pattern;
-use crate::daemon::{config, control_get, volume, DaemonProcess};
+use crate::daemon::{config, control_call, control_get, volume, DaemonProcess};
 use crate::raw_frontend::{Options, RawFrontend, S_OK, T_OUT};
 use std::time::{Duration, Instant};
 
@@ -122,8 +122,8 @@ fn the_destination_attaches_beside_the_source_and_takes_the_rings_when_they_stop
     assert_eq!(control_get(&d, "/v1/volumes/v")["frontends"], 1);
 }
 
-/// After a hand-over the volume serves the next frontend on either socket, and the
-/// sockets of a volume that is removed are both gone.
+/// After a hand-over the volume serves the next frontend on either socket, and both
+/// socket files go when the daemon stops.
 #[test]
 fn both_sockets_take_frontends_again_after_a_hand_over() {
     let d = DaemonProcess::start(&config("", &volume("v", 0, 8, "")));
@@ -148,4 +148,33 @@ fn both_sockets_take_frontends_again_after_a_hand_over() {
     assert!(status.success());
     assert!(!dir.path().join("v.sock").exists());
     assert!(!std::path::Path::new(&handover).exists());
+}
+
+/// Removing a volume counts a frontend on either socket: refused while only the hand-over
+/// socket has one; forced, it closes both connections and both socket files go.
+#[test]
+fn removal_sees_and_closes_both_connections() {
+    let d = DaemonProcess::start(&config(
+        "[control]\nsocket = \"control.sock\"\n",
+        &volume("v", 0, 8, ""),
+    ));
+    let handover = d.socket("v") + ".handover";
+    let alone = RawFrontend::connect(&handover, Options::default());
+    wait_frontends(&d, "v", 1);
+    let (status, body) = control_call(&d, "DELETE", "/v1/volumes/v", None);
+    assert_eq!(status, 409, "{body}");
+    drop(alone);
+    wait_frontends(&d, "v", 0);
+
+    let mut source = RawFrontend::connect(&d.socket("v"), Options::default());
+    assert_eq!(source.write_sectors(0, 0, &pattern(0, 4096, 5)), S_OK as u8);
+    let _dest = RawFrontend::connect(&handover, Options::default());
+    wait_frontends(&d, "v", 2);
+    let (status, body) = control_call(&d, "DELETE", "/v1/volumes/v?force=true", None);
+    assert_eq!(status, 204, "{body}");
+    assert!(!std::path::Path::new(&d.socket("v")).exists());
+    assert!(!std::path::Path::new(&handover).exists());
+    let (status, _) = control_call(&d, "GET", "/v1/volumes/v", None);
+    assert_eq!(status, 404);
+    assert!(d.wait_for_log("socket=v.sock.handover in_flight=0"));
 }

@@ -52,7 +52,8 @@ pub struct Worker<A: Admission> {
     pub dirty_logging: bool,
     /// This connection in the volume's data-plane lease ([`crate::backend::lease`]).
     lease_id: crate::backend::lease::Holder,
-    /// Queues popped from since they were last stopped: the lease is held while any is.
+    /// Queues served (kicked while ready) since they were last stopped: the lease is held
+    /// while any is.
     serving: u64,
     /// Queues kicked while the volume's other connection held the lease, popped when it
     /// comes free.
@@ -184,7 +185,11 @@ impl<A: Admission> Worker<A> {
             let q = deferred.trailing_zeros() as u16;
             deferred &= deferred - 1;
             if usize::from(q) < vrings.len() {
-                self.on_kick(vrings, q, memory)?;
+                if let Err(e) = self.on_kick(vrings, q, memory) {
+                    // The other queues' kicks are kept for the next wake-up.
+                    self.deferred |= deferred;
+                    return Err(e);
+                }
             }
         }
         self.pump()
