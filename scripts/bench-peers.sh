@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# The data path against the peers a user would pick instead, side by side in one run
+# (issue #16): 4 KiB random reads through one vhost-user queue (`vhost-iocost bench`, the
+# blkio client) at QD32 and QD1, on
+#   - fio with io_uring and O_DIRECT directly on the same file (the reference),
+#   - this daemon on the file and on `kind = "null"` (QoS off, and the null path with QoS
+#     on),
+#   - qemu-storage-daemon on the file (aio=io_uring, cache.direct=on) and on null-co;
+# and the server's CPU time per request (utime + stime from /proc) on the null paths at a
+# fixed 40,000 requests a second.
+#
+# The machine is shared and noisy: the rows run one after another in each of ROUNDS
+# rounds, and the table shows the best round of each (highest IOPS, lowest p50).
+#   usage: scripts/bench-peers.sh [RUNTIME_SECONDS] [ROUNDS]   (needs fio, qemu-storage-daemon)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runtime=${1:-5}
+rounds=${2:-2}
+rate=40000
+source scripts/lib.sh
+command -v qemu-storage-daemon >/dev/null ||
+    { echo "qemu-storage-daemon is required (apt-get install qemu-system-common)"; exit 1; }
+
+fill_file "$work/disk.img" 1G
+server_pid=
+# lib.sh's cleanup stops the daemon; qemu-storage-daemon too.
+trap 'if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; fi; cleanup' EXIT
+
+# cpu_ticks PID: the process's user + system time, in clock ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# measure ROW QD SOCKET [BENCH_ARGS...]: one run; appends a JSON line with the row's
+# IOPS, p50, requests and the server's CPU time over the run.
+measure() {
+    local row=$1 qd=$2 socket=$3
+    shift 3
+    local before=0 after=0
+    if [ -n "$server_pid" ]; then before=$(cpu_ticks "$server_pid"); fi
+    "$bin" bench --json --runtime "${runtime}s" --ramp "${ramp:-1s}" "$@" \
+        --tenant "socket=$socket,rw=randread,bs=4k,iodepth=$qd${rate_opt:-}" 2>/dev/null >"$work/run.json"
+    if [ -n "$server_pid" ]; then after=$(cpu_ticks "$server_pid"); fi
+    python3 - "$row" "$qd" "$((after - before))" "$(getconf CLK_TCK)" "$work/run.json" \
+        >>"$work/results.jsonl" <<'PY'
+import json, sys
+row, qd, ticks, hz = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+r = json.load(open(sys.argv[5]))["results"][0]
+print(json.dumps({"row": row, "qd": qd, "iops": r["iops"], "p50": r["lat_p50_us"],
+                  "ios": r["ios"], "cpu_s": ticks / hz}))
+PY
+}
+
+daemon() {
+    start_daemon "[device]
+$1
+[device.qos]
+enable = $2
+[[volume]]
+name = \"v\"
+socket = \"v.sock\"
+size = \"1GiB\""
+    server_pid=$daemon_pid
+}
+
+qsd() {
+    rm -f "$work/q.sock"
+    qemu-storage-daemon --blockdev "$1" \
+        --export "type=vhost-user-blk,id=e0,node-name=n0,addr.type=unix,addr.path=$work/q.sock,writable=on,num-queues=1" \
+        2>"$work/qsd.log" &
+    server_pid=$!
+    for _ in $(seq 100); do [ -S "$work/q.sock" ] && return; sleep 0.1; done
+    echo "qemu-storage-daemon did not start:"; cat "$work/qsd.log"; exit 1
+}
+stop_server() {
+    if [ -n "$daemon_pid" ]; then stop_daemon; else kill "$server_pid"; wait "$server_pid" || true; fi
+    server_pid=
+}
+
+both_depths() { for qd in 32 1; do measure "$1" "$qd" "${@:2}"; done; }
+
+echo "== 4 KiB randread, one queue, runtime ${runtime}s, ${rounds} rounds, $(nproc) cores, $(uname -r)"
+for round in $(seq "$rounds"); do
+    server_pid=
+    both_depths "fio io_uring O_DIRECT, file" "$work/v.sock" --fio-file "$work/disk.img"
+    daemon 'path = "disk.img"' false
+    both_depths "vhost-iocost, file" "$work/v.sock"
+    stop_server
+    qsd "driver=file,node-name=n0,filename=$work/disk.img,cache.direct=on,aio=io_uring"
+    both_depths "qemu-storage-daemon, file" "$work/q.sock"
+    stop_server
+    daemon 'kind = "null"' false
+    both_depths "vhost-iocost, null" "$work/v.sock"
+    ramp=0s rate_opt=",rate_iops=$rate" measure "vhost-iocost, null, CPU" 32 "$work/v.sock"
+    stop_server
+    daemon 'kind = "null"' true
+    measure "vhost-iocost, null, QoS on" 32 "$work/v.sock"
+    stop_server
+    qsd "driver=null-co,node-name=n0,size=1073741824"
+    both_depths "qemu-storage-daemon, null-co" "$work/q.sock"
+    ramp=0s rate_opt=",rate_iops=$rate" measure "qemu-storage-daemon, null-co, CPU" 32 "$work/q.sock"
+    stop_server
+done
+
+python3 - "$work/results.jsonl" "$rate" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+rate = sys.argv[2]
+def best(row, qd, key, pick):
+    vals = [r[key] for r in rows if r["row"] == row and r["qd"] == qd]
+    return pick(vals) if vals else None
+fio = "fio io_uring O_DIRECT, file"
+fio32, fio1 = best(fio, 32, "iops", max), best(fio, 1, "p50", min)
+print("| path | QD32 IOPS | x fio | QD1 p50 | - fio |")
+print("|---|---|---|---|---|")
+for row in [fio, "vhost-iocost, file", "qemu-storage-daemon, file",
+            "vhost-iocost, null", "qemu-storage-daemon, null-co"]:
+    iops, p50 = best(row, 32, "iops", max), best(row, 1, "p50", min)
+    x = f"{iops / fio32:.2f}" if "file" in row else ""
+    d = f"{p50 - fio1:+.1f} us" if "file" in row else ""
+    print(f"| {row} | {iops / 1000:,.1f} k | {x} | {p50:.1f} us | {d} |")
+d32 = best("vhost-iocost, null", 32, "iops", max)
+q32 = best("qemu-storage-daemon, null-co", 32, "iops", max)
+on = best("vhost-iocost, null, QoS on", 32, "iops", max)
+print(f"\nnull path QD32, vhost-iocost / qemu-storage-daemon null-co: {d32 / q32:.2f}  (target >= 1.3)")
+print(f"null path QD32, QoS on / off: {on / d32:.2f}  (target >= 0.97)")
+for row in ["vhost-iocost, null, CPU", "qemu-storage-daemon, null-co, CPU"]:
+    per = [r["cpu_s"] / r["ios"] * 1e6 for r in rows if r["row"] == row and r["ios"]]
+    print(f"server CPU per request at {rate}/s, {row[:-5]}: "
+          + ", ".join(f"{x:.2f} us" for x in per) + f"  (best {min(per):.2f} us)")
+PY
