@@ -13,11 +13,17 @@ static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Runs `attempt` under the lock and, if it misses its bound, once more: on a shared
 /// machine a neighbour's burst can take a core for seconds. Both results are printed;
-/// missing twice fails.
+/// missing twice fails. Each attempt starts with the host's dirty pages written back:
+/// right after a build, writeback slows the emulated device's backing file for seconds,
+/// and the latencies QoS steers by with it.
 fn measure(what: &str, mut attempt: impl FnMut() -> Result<(), String>) {
     let _one_at_a_time = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: sync(2) takes no arguments and cannot fail.
+    let write_back = || unsafe { libc::sync() };
+    write_back();
     if let Err(first) = attempt() {
         eprintln!("{what}: missed ({first}); measuring again");
+        write_back();
         if let Err(second) = attempt() {
             panic!("{what}: missed twice: {first}; then {second}");
         }
