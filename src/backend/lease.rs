@@ -70,7 +70,8 @@ impl DataPlaneLease {
     }
 
     /// The connection holding the lease, 0 when free.
-    pub fn holder(&self) -> Holder {
+    #[cfg(test)]
+    fn holder(&self) -> Holder {
         self.holder.load(Ordering::Acquire)
     }
 

@@ -70,12 +70,8 @@ impl<A: Admission> VolumeServer<A> {
     /// Binds the volume's socket and its hand-over socket (replacing stale ones, refusing
     /// anything else: [`crate::socket_path::claim`]) and has `acceptor` watch them.
     pub fn start(volume: Arc<Volume<A>>, acceptor: &Arc<Acceptor>) -> io::Result<Arc<Self>> {
-        let paths = [
-            volume.socket.clone(),
-            crate::socket_path::handover(&volume.socket),
-        ];
-        let first = Port::bind(&volume, paths[0].clone())?;
-        let second = match Port::bind(&volume, paths[1].clone()) {
+        let first = Port::bind(&volume, volume.socket.clone())?;
+        let second = match Port::bind(&volume, crate::socket_path::handover(&volume.socket)) {
             Ok(port) => port,
             Err(e) => {
                 crate::socket_path::remove_if_ours(&first.path, first.bound);

@@ -190,9 +190,8 @@ impl Control {
 
     /// `PATCH /v1/volumes/{name}` with `size`: grows the volume into the free space after
     /// its range (zeroed first) or by growing its file (an LV must have been extended
-    /// already), then tells the connected frontend to read the config again. Returns
-    /// whether a frontend was told.
-    pub fn resize_volume(&self, name: &str, size: u64) -> Result<bool, ApiError> {
+    /// already), then tells the connected frontend to read the config again.
+    pub fn resize_volume(&self, name: &str, size: u64) -> Result<(), ApiError> {
         let _changing = self.begin_config_change();
         let server = self
             .volume_set
@@ -210,7 +209,7 @@ impl Control {
             ));
         }
         if size == old {
-            return Ok(false);
+            return Ok(());
         }
         if size % volume.block_size != 0 {
             return Err(ApiError::field(
@@ -236,9 +235,7 @@ impl Control {
         // in between leaves only zeroed space or a longer file. Not under the state's
         // lock: zeroing gigabytes takes a while.
         let grown = if own_file {
-            volume
-                .disk
-                .grow(old, size, self.config().device.preallocate)
+            volume.disk.grow(old, size, next.device.preallocate)
         } else {
             volume.disk.zero_range(volume.host_offset + old, size - old)
         };
@@ -258,7 +255,7 @@ impl Control {
         self.set_config(next);
         let told = server.notify_config_change();
         tracing::info!(volume = %name, from = old, to = size, frontend_told = told, "volume grown");
-        Ok(told)
+        Ok(())
     }
 
     /// The running config without `name` must still hold together: nothing else may name

@@ -81,9 +81,21 @@ impl DaemonProcess {
     /// Waits (up to 10 s) until the daemon has logged a line containing `needle`; the log
     /// is read by another thread, so a line just written may not be there yet.
     pub fn wait_for_log(&self, needle: &str) -> bool {
+        self.wait_for_log_lines(needle, 1)
+    }
+
+    /// Like `wait_for_log`, until `n` lines contain `needle`.
+    pub fn wait_for_log_lines(&self, needle: &str, n: usize) -> bool {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         loop {
-            if self.log.lock().unwrap().iter().any(|l| l.contains(needle)) {
+            let seen = self
+                .log
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|l| l.contains(needle))
+                .count();
+            if seen >= n {
                 return true;
             }
             if std::time::Instant::now() > deadline {
@@ -218,6 +230,19 @@ pub fn control_get(d: &DaemonProcess, path: &str) -> serde_json::Value {
         .map_err(|e| e.to_string())
         .and_then(|r| r.json())
         .unwrap_or_else(|e| panic!("GET {path}: {e}"))
+}
+
+/// Waits (up to 10 s) until GET shows `n` frontends connected to volume `name` (the
+/// daemon counts a frontend, and a closed connection, on the connection's own thread).
+pub fn wait_frontends(d: &DaemonProcess, name: &str, n: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while control_get(d, &format!("/v1/volumes/{name}"))["frontends"] != n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{name} never had {n} frontends"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// `method path` with a JSON body on the daemon's control socket: the status and the

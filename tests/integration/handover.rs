@@ -4,44 +4,19 @@
 //! destination message for message; `guest.rs` migrates a real guest.
 
 use crate::client::pattern;
-use crate::daemon::{config, control_call, control_get, volume, DaemonProcess};
+use crate::daemon::{config, control_call, control_get, volume, wait_frontends, DaemonProcess};
 use crate::raw_frontend::{Options, RawFrontend, S_OK, T_OUT};
-use std::time::{Duration, Instant};
 
 /// The daemon's line for a kick that waits for the other connection's rings.
 const WAITS: &str = "this one waits until they are stopped";
 
-/// Waits (up to 10 s) until the daemon has logged `needle` at least `n` times.
+/// Waits until the daemon has logged `needle` `n` times.
 fn wait_for_lines(d: &DaemonProcess, needle: &str, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let seen = d
-            .log
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|l| l.contains(needle))
-            .count();
-        if seen >= n {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{needle:?} logged {seen} of {n} times:\n{}",
-            d.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-/// Waits (up to 10 s) until GET shows `n` frontends connected to `name` (the daemon counts
-/// a frontend on its own thread, just after accepting it).
-fn wait_frontends(d: &DaemonProcess, name: &str, n: u64) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while control_get(d, &format!("/v1/volumes/{name}"))["frontends"] != n {
-        assert!(Instant::now() < deadline, "{name} never had {n} frontends");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    assert!(
+        d.wait_for_log_lines(needle, n),
+        "{needle:?} logged fewer than {n} times:\n{}",
+        d.log_text()
+    );
 }
 
 /// Submits a write of `data` at `sector` on queue 0 and kicks, without waiting.

@@ -4,7 +4,9 @@
 //! across a restart.
 
 use crate::client::{pattern, Client, Op};
-use crate::daemon::{config, control_call, control_get, ctl, volume, DaemonProcess};
+use crate::daemon::{
+    config, control_call, control_get, ctl, volume, wait_frontends, DaemonProcess,
+};
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -12,16 +14,6 @@ use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
 const CONTROL: &str = "[control]\nsocket = \"control.sock\"\n";
-
-/// Waits until GET shows no frontend connected to `name` (the daemon notices a closed
-/// connection on its own thread).
-fn wait_disconnected(d: &DaemonProcess, name: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while control_get(d, &format!("/v1/volumes/{name}"))["connected"] == true {
-        assert!(Instant::now() < deadline, "{name} still connected");
-        std::thread::yield_now();
-    }
-}
 
 /// A volume is added, used and removed 20 times (on a range the daemon allocates, and
 /// every fourth time on a file of its own) while another volume runs writes verified by
@@ -85,7 +77,7 @@ fn volumes_come_and_go_while_another_keeps_serving() {
             assert_eq!(status, 409, "round {i}: {refused}");
             assert!(refused["error"].as_str().unwrap().contains("connected"));
             drop(hot);
-            wait_disconnected(&d, "hot");
+            wait_frontends(&d, "hot", 0);
             let (status, _) = control_call(&d, "DELETE", "/v1/volumes/hot", None);
             assert_eq!(status, 204, "round {i}");
         } else {
@@ -268,7 +260,7 @@ fn ctl_adds_and_removes_groups_and_volumes() {
     let client = Client::connect_read_only(&d.socket("v"), MIB as usize);
     assert_eq!(client.capacity, 4 * MIB);
     drop(client);
-    wait_disconnected(&d, "v");
+    wait_frontends(&d, "v", 0);
     assert_eq!(
         ctl(&d, &["resize", "v", "6MiB"]),
         format!("volume v: {} bytes\n", 6 * MIB)

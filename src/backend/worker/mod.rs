@@ -197,7 +197,11 @@ impl<A: Admission> Worker<A> {
 
     /// Whether this connection may pop from queue `bit` now: it holds the volume's
     /// data-plane lease or takes it. Otherwise the kick is kept for when it comes free.
+    #[inline]
     fn may_serve(&mut self, bit: u64) -> bool {
+        if self.serving & bit != 0 {
+            return true;
+        }
         if self.serving == 0 && !self.volume.lease.try_hold(self.lease_id) {
             if !std::mem::replace(&mut self.waited_for_rings, true) {
                 tracing::info!(volume = %self.volume.name, "the volume's other frontend is using the rings (a migration hand-over): this one waits until they are stopped");

@@ -38,10 +38,7 @@ impl<A: Admission> Worker<A> {
             state.is_enabled() && state.get_queue().ready()
         };
         // A stale event for a stopped or disabled ring must not touch it.
-        if ready
-            && (self.stopping | self.broken) & bit == 0
-            && (self.serving & bit != 0 || self.may_serve(bit))
-        {
+        if ready && (self.stopping | self.broken) & bit == 0 && self.may_serve(bit) {
             let mut idle_passes = 0;
             loop {
                 vring.disable_notification().map_err(io::Error::other)?;
