@@ -58,6 +58,7 @@ impl Daemon {
                 .as_ref()
                 .map(|e| std::sync::Mutex::new(e.disk())),
             faults: FaultPlan::new(config.device.emulated.as_ref().map_or(&[], |e| &e.faults)),
+            poll_max_ns: config.device.poll_max.0 * 1_000,
         });
         if !shared.faults.is_empty() {
             tracing::warn!(

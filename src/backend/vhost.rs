@@ -16,6 +16,9 @@ use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestM
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{EventConsumer, EventNotifier};
 
+/// The longest a worker polls without going back to epoll, however much work it finds.
+const MAX_POLL_PHASE_NS: u64 = 1_000_000;
+
 /// Epoll tokens beyond the queue indices (`num_queues` itself is reserved by the crate).
 #[derive(Clone, Copy, Debug)]
 pub struct Tokens {
@@ -323,6 +326,8 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
             let atomic = self.mem.read().unwrap_or_else(|e| e.into_inner());
             atomic.memory().into_inner()
         };
+        let started = worker.event_starts();
+        let progress = worker.progress();
         let result = match device_event {
             q if (q as usize) < vrings.len() => worker.on_kick(vrings, q, &memory),
             e if e == t.completion => worker.on_completion(vrings),
@@ -345,6 +350,23 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
         // log it and keep serving (the next event retries).
         if let Err(e) = result {
             worker.report_error(device_event, &e);
+        }
+        let mut polling = started.and_then(|started| worker.polled(started, progress));
+        drop(worker);
+        // Look for more work while the poll window is open (design §8.10), the worker's
+        // lock taken for each look so that GET_VRING_BASE can drain between them; at most
+        // MAX_POLL_PHASE_NS before the timer and wake events get their turn in epoll.
+        let phase_end = super::engine::monotonic_now_ns() + MAX_POLL_PHASE_NS;
+        while let Some(deadline) = polling {
+            std::hint::spin_loop();
+            let mut worker = self.worker();
+            polling = match worker.poll_once(deadline, vrings, &memory) {
+                Ok(next) => next.map(|next| next.min(phase_end)),
+                Err(e) => {
+                    worker.report_error(device_event, &e);
+                    None
+                }
+            };
         }
         Ok(())
     }

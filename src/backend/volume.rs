@@ -25,6 +25,8 @@ pub struct SharedDisk {
     pub emulated: Option<std::sync::Mutex<crate::emulated::EmulatedDisk>>,
     /// `[[device.emulated.faults]]`: device errors on demand (empty otherwise).
     pub faults: crate::emulated::FaultPlan,
+    /// `device.poll_max` in ns: how long a worker may poll for work (design §8.10).
+    pub poll_max_ns: u64,
 }
 
 /// Request counters, readable while the data path runs (control plane, tests).

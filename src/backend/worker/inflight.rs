@@ -289,6 +289,7 @@ impl<A: Admission> Worker<A> {
         let mut done = std::mem::take(&mut self.reaped);
         self.engine.reap_into(&mut done);
         let n = done.len();
+        self.progress += n as u64;
         // One clock read for the batch: they were all reaped now.
         let now = if n > 0 {
             self.volume.admission.now_ns()

@@ -10,6 +10,7 @@
 //! epoll.
 
 mod inflight;
+mod poll;
 mod ring;
 
 use std::io;
@@ -91,6 +92,9 @@ pub struct Worker<A: Admission> {
     iovec_pool: IovecPool,
     /// End of this volume's previous request on the emulated disk.
     emulated_prev_end: Option<u64>,
+    /// Chains popped plus completions reaped, ever: polling's measure of work found.
+    progress: u64,
+    poll: poll::PollWindow,
 }
 
 impl<A: Admission> Worker<A> {
@@ -135,6 +139,8 @@ impl<A: Admission> Worker<A> {
             settled: Vec::with_capacity(depth.min(4096) as usize),
             iovec_pool: IovecPool::default(),
             emulated_prev_end: None,
+            progress: 0,
+            poll: poll::PollWindow::new(volume.shared.poll_max_ns),
             volume,
         };
         // Joined last: a worker that failed to build never holds or waits for the lease.

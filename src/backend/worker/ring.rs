@@ -105,6 +105,7 @@ impl<A: Admission> Worker<A> {
                 return Ok(popped);
             };
             popped += 1;
+            self.progress += 1;
             self.outstanding[queue as usize] += 1;
             let head = chain.head_index();
             let mut layout = std::mem::take(&mut self.layout);
@@ -126,6 +127,9 @@ impl<A: Admission> Worker<A> {
             if popped.is_power_of_two() {
                 self.dispatch()?;
                 self.engine.submit()?;
+                if self.complete_ready()? > 0 {
+                    self.notify_guest();
+                }
                 now = None;
             }
         }
@@ -133,7 +137,7 @@ impl<A: Admission> Worker<A> {
 
     /// How many chains the guest published that we have not popped (as its avail index
     /// says; more than the ring size means the index is invalid).
-    fn pending(vring: &Vring, mem: &Mem) -> u32 {
+    pub(super) fn pending(vring: &Vring, mem: &Mem) -> u32 {
         let state = vring.get_ref();
         let q = state.get_queue();
         q.avail_idx(mem, std::sync::atomic::Ordering::Acquire)

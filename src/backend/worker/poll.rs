@@ -1,0 +1,215 @@
+//! Adaptive polling (design §8.10): after handling an event the worker keeps looking at
+//! the rings it serves and at its completion queue for a short window before it goes
+//! back to epoll. Work found in the window costs no kick, no eventfd read and no
+//! wake-up of the worker thread.
+//!
+//! The window adapts the way QEMU's `poll-max-ns` does. The *block time* is how long the
+//! worker waited for its next work, whether it found it polling or was woken for it:
+//! - within the window: the window is right and stays;
+//! - longer than `poll_max`: polling would have burnt that much for nothing, so the
+//!   window halves (and falls to zero below [`START_NS`]);
+//! - shorter than `poll_max` but past the window: the window doubles (from [`START_NS`]),
+//!   up to `poll_max`.
+//!
+//! An idle worker therefore polls at most one shrinking window after its last request,
+//! and a steady trickle of requests spaced wider than `poll_max` apart never makes it
+//! poll: polling only runs where it replaces a sleep and a wake-up that would have come
+//! sooner than `poll_max`.
+
+use std::io;
+use std::sync::Arc;
+
+use super::{Mem, Vring, Worker};
+use crate::backend::admission::Admission;
+use crate::backend::engine::monotonic_now_ns;
+
+/// The first window after none: a wake-up on this machine costs a few microseconds of
+/// CPU time, so shorter windows rarely pay.
+pub const START_NS: u64 = 2_000;
+
+/// How long the worker polls after its last work, and when it started waiting.
+#[derive(Debug)]
+pub struct PollWindow {
+    max_ns: u64,
+    window_ns: u64,
+    /// When the worker last ran out of work, if it has not found more since.
+    waiting_since: Option<u64>,
+}
+
+impl PollWindow {
+    /// `max_ns`: `device.poll_max`; zero never polls.
+    pub fn new(max_ns: u64) -> Self {
+        PollWindow {
+            max_ns,
+            window_ns: 0,
+            waiting_since: None,
+        }
+    }
+
+    pub fn window_ns(&self) -> u64 {
+        self.window_ns
+    }
+
+    /// The worker ran out of work at `now_ns`.
+    pub fn waiting_from(&mut self, now_ns: u64) {
+        if self.max_ns > 0 && self.waiting_since.is_none() {
+            self.waiting_since = Some(now_ns);
+        }
+    }
+
+    /// Work turned up at `now_ns`, found by polling or by an epoll event: the time waited
+    /// for it sets the next window.
+    pub fn work_at(&mut self, now_ns: u64) {
+        let Some(since) = self.waiting_since.take() else {
+            return;
+        };
+        let block_ns = now_ns.saturating_sub(since);
+        if block_ns <= self.window_ns {
+            return;
+        }
+        if block_ns > self.max_ns {
+            self.window_ns /= 2;
+            if self.window_ns < START_NS {
+                self.window_ns = 0;
+            }
+        } else {
+            self.window_ns = (self.window_ns * 2).clamp(START_NS, self.max_ns);
+        }
+    }
+}
+
+impl<A: Admission> Worker<A> {
+    /// An event is about to be handled: returns a clock reading for [`Worker::polled`]
+    /// when polling is configured.
+    pub fn event_starts(&self) -> Option<u64> {
+        (self.poll.max_ns > 0).then(monotonic_now_ns)
+    }
+
+    /// The event that started at `started_ns` was handled: if it found work, the window
+    /// adapts to how long the worker waited for it. Returns the deadline to poll until,
+    /// if the window is open.
+    pub fn polled(&mut self, started_ns: u64, progress_before: u64) -> Option<u64> {
+        if self.progress != progress_before {
+            self.poll.work_at(started_ns);
+        }
+        let now = monotonic_now_ns();
+        self.poll.waiting_from(now);
+        let window = self.poll.window_ns();
+        (window > 0).then(|| now + window)
+    }
+
+    /// Work done so far (chains popped plus completions reaped): a handler that moved it
+    /// found work.
+    pub fn progress(&self) -> u64 {
+        self.progress
+    }
+
+    /// One look at the served rings and the completion queue, serving what is there.
+    /// Returns the deadline to keep polling until: a window from now when work was
+    /// found, `None` once `deadline_ns` has passed.
+    pub fn poll_once(
+        &mut self,
+        deadline_ns: u64,
+        vrings: &[Vring],
+        memory: &dyn Fn() -> Arc<Mem>,
+    ) -> io::Result<Option<u64>> {
+        let before = self.progress;
+        let mut ready = self.serving & !(self.stopping | self.broken);
+        if ready != 0 {
+            let mem = memory();
+            while ready != 0 {
+                let q = ready.trailing_zeros() as u16;
+                ready &= ready - 1;
+                if let Some(vring) = vrings.get(usize::from(q)) {
+                    if Self::pending(vring, &mem) > 0 {
+                        self.on_kick(vrings, q, memory)?;
+                    }
+                }
+            }
+        }
+        if self.engine.has_completions() {
+            self.pump()?;
+        }
+        let now = monotonic_now_ns();
+        let mut next = deadline_ns;
+        if self.progress != before {
+            self.poll.work_at(now);
+            self.poll.waiting_from(now);
+            next = now + self.poll.window_ns();
+        }
+        Ok((now < deadline_ns && now < next).then_some(next))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const US: u64 = 1_000;
+
+    #[test]
+    fn never_polls_without_a_maximum() {
+        let mut w = PollWindow::new(0);
+        for t in 0..10 {
+            w.waiting_from(t * US);
+            w.work_at(t * US + 1);
+        }
+        assert_eq!(w.window_ns(), 0);
+    }
+
+    #[test]
+    fn short_waits_open_the_window_up_to_the_maximum() {
+        let mut w = PollWindow::new(16 * US);
+        let mut seen = Vec::new();
+        let mut t = 0;
+        for _ in 0..6 {
+            w.waiting_from(t);
+            t += 10 * US;
+            w.work_at(t);
+            seen.push(w.window_ns() / US);
+        }
+        // 10 µs waits: from 2 µs doubling until it covers them, capped at 16 µs.
+        assert_eq!(seen, [2, 4, 8, 16, 16, 16]);
+    }
+
+    #[test]
+    fn waits_longer_than_the_maximum_close_the_window() {
+        let mut w = PollWindow::new(16 * US);
+        let mut t = 0;
+        for _ in 0..4 {
+            w.waiting_from(t);
+            t += 12 * US;
+            w.work_at(t);
+        }
+        assert_eq!(w.window_ns(), 16 * US);
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            w.waiting_from(t);
+            t += 25 * US; // 40,000 requests a second, one at a time
+            w.work_at(t);
+            seen.push(w.window_ns() / US);
+        }
+        assert_eq!(seen, [8, 4, 2, 0]);
+    }
+
+    #[test]
+    fn work_within_the_window_keeps_it() {
+        let mut w = PollWindow::new(16 * US);
+        w.waiting_from(0);
+        w.work_at(3 * US);
+        assert_eq!(w.window_ns(), 2 * US);
+        w.waiting_from(10 * US);
+        w.work_at(11 * US);
+        assert_eq!(w.window_ns(), 2 * US);
+    }
+
+    #[test]
+    fn only_the_first_work_after_waiting_counts() {
+        let mut w = PollWindow::new(16 * US);
+        w.waiting_from(0);
+        w.waiting_from(50 * US); // still waiting since 0
+        w.work_at(60 * US);
+        w.work_at(61 * US); // no wait in between: nothing to learn
+        assert_eq!(w.window_ns(), 0);
+    }
+}
