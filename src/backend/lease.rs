@@ -7,7 +7,9 @@
 //! takes it when one of its rings is first ready and kicked, and gives it back once every
 //! ring it served has been stopped (GET_VRING_BASE, after which its requests are all
 //! answered), or when the connection ends. A worker kicked while the other holds the lease
-//! remembers the kick and is woken when the lease comes free.
+//! remembers the kick and is woken when the lease comes free. A connection with several
+//! workers (`workers`) holds the lease while any of them serves a ring
+//! ([`ConnectionLease`]).
 //!
 //! With QEMU the lease is never contended: the source stops its rings before the
 //! destination starts its own. It turns a mistake (a stale source resumed after its
@@ -25,15 +27,16 @@ pub type Holder = u64;
 pub struct DataPlaneLease {
     holder: AtomicU64,
     last_id: AtomicU64,
-    /// Every connection of the volume, with the eventfd that wakes its worker.
+    /// Every connection of the volume, with the eventfds that wake its workers.
     peers: Mutex<Vec<(Holder, Arc<EventFd>)>>,
 }
 
 impl DataPlaneLease {
-    /// A new connection, woken through `wake` when the lease comes free.
-    pub fn join(&self, wake: Arc<EventFd>) -> Holder {
+    /// A new connection, whose workers are woken through `wakes` when the lease comes free.
+    pub fn join(&self, wakes: &[Arc<EventFd>]) -> Holder {
         let id = self.last_id.fetch_add(1, Ordering::Relaxed) + 1;
-        self.lock().push((id, wake));
+        self.lock()
+            .extend(wakes.iter().map(|wake| (id, wake.clone())));
         id
     }
 
@@ -80,6 +83,60 @@ impl DataPlaneLease {
     }
 }
 
+/// One connection's part in its volume's lease, shared by the connection's workers: the
+/// connection holds the lease while any of them serves a ring, and leaves it when the
+/// last of them is gone.
+pub struct ConnectionLease {
+    lease: Arc<DataPlaneLease>,
+    id: Holder,
+    /// Workers serving a ring now. Changed under the lock, so that one worker's release
+    /// cannot cross another's start.
+    serving_workers: Mutex<u32>,
+}
+
+impl ConnectionLease {
+    pub fn join(lease: Arc<DataPlaneLease>, wakes: &[Arc<EventFd>]) -> Self {
+        let id = lease.join(wakes);
+        ConnectionLease {
+            lease,
+            id,
+            serving_workers: Mutex::new(0),
+        }
+    }
+
+    /// A worker starts serving rings: true if the connection holds the lease (it takes
+    /// it if free).
+    pub fn start_serving(&self) -> bool {
+        let mut serving = self.lock();
+        if *serving == 0 && !self.lease.try_hold(self.id) {
+            return false;
+        }
+        *serving += 1;
+        true
+    }
+
+    /// A worker serves no ring any more: the last one gives the lease back.
+    pub fn stop_serving(&self) {
+        let mut serving = self.lock();
+        *serving = serving.saturating_sub(1);
+        if *serving == 0 {
+            self.lease.release(self.id);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, u32> {
+        self.serving_workers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Drop for ConnectionLease {
+    fn drop(&mut self) {
+        self.lease.leave(self.id);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,8 +149,8 @@ mod tests {
     fn one_holder_at_a_time_and_the_other_is_woken_on_release() {
         let lease = DataPlaneLease::default();
         let (wake_a, wake_b) = (eventfd(), eventfd());
-        let a = lease.join(wake_a.clone());
-        let b = lease.join(wake_b.clone());
+        let a = lease.join(&[wake_a.clone()]);
+        let b = lease.join(&[wake_b.clone()]);
         assert_ne!(a, b);
         assert!(lease.try_hold(a));
         assert!(lease.try_hold(a), "holding again is a no-op");
@@ -111,13 +168,48 @@ mod tests {
     fn leaving_gives_the_lease_back() {
         let lease = DataPlaneLease::default();
         let wake_b = eventfd();
-        let a = lease.join(eventfd());
-        let b = lease.join(wake_b.clone());
+        let a = lease.join(&[eventfd()]);
+        let b = lease.join(&[wake_b.clone()]);
         assert!(lease.try_hold(a));
         lease.leave(a);
         assert_eq!(lease.holder(), 0);
         assert_eq!(wake_b.read().unwrap(), 1);
         lease.leave(b);
+        assert!(lease.lock().is_empty());
+    }
+
+    #[test]
+    fn a_connection_holds_the_lease_while_any_of_its_workers_serves() {
+        let lease = Arc::new(DataPlaneLease::default());
+        let (wake_1, wake_2, wake_other) = (eventfd(), eventfd(), eventfd());
+        let connection = ConnectionLease::join(lease.clone(), &[wake_1.clone(), wake_2.clone()]);
+        let other = ConnectionLease::join(lease.clone(), &[wake_other.clone()]);
+        assert!(connection.start_serving());
+        assert!(
+            connection.start_serving(),
+            "its second worker shares the lease"
+        );
+        assert!(!other.start_serving());
+        connection.stop_serving();
+        assert!(!other.start_serving(), "one worker still serves");
+        assert!(wake_other.read().is_err());
+        connection.stop_serving();
+        assert_eq!(
+            wake_other.read().unwrap(),
+            1,
+            "the other connection is woken"
+        );
+        assert!(other.start_serving());
+        assert!(!connection.start_serving());
+        drop(other);
+        assert_eq!(
+            wake_1.read().unwrap(),
+            1,
+            "leaving wakes every worker of the rest"
+        );
+        assert_eq!(wake_2.read().unwrap(), 1);
+        assert!(connection.start_serving());
+        drop(connection);
         assert!(lease.lock().is_empty());
     }
 }

@@ -174,24 +174,26 @@ impl<A: Admission> VolumeServer<A> {
             GuestMemoryAtomic::new(Mem::new()),
         )
         .map_err(daemon_error)?;
-        let handler = daemon.get_epoll_handlers().remove(0);
+        let handlers = daemon.get_epoll_handlers();
         let tokens = backend.tokens();
-        // The vring worker thread runs already and ends only through the exit event: if
-        // that cannot be registered, dropping the daemon would wait for it for ever.
-        if let Err(e) = handler.register_listener(
-            backend.exit_evt.as_raw_fd(),
-            EventSet::IN,
-            tokens.exit.into(),
-        ) {
-            tracing::error!(volume = %name, "cannot register the connection's exit event ({e}): its thread is left behind");
-            std::mem::forget(daemon);
-            self.gave_up.store(true, Ordering::Release);
-            return Err(e);
+        // The vring worker threads run already and end only through the exit event: if
+        // that cannot be registered, dropping the daemon would wait for them for ever.
+        for handler in &handlers {
+            if let Err(e) = handler.register_listener(
+                backend.exit_evt.as_raw_fd(),
+                EventSet::IN,
+                tokens.exit.into(),
+            ) {
+                tracing::error!(volume = %name, "cannot register the connection's exit event ({e}): its threads are left behind");
+                std::mem::forget(daemon);
+                self.gave_up.store(true, Ordering::Release);
+                return Err(e);
+            }
         }
         // Dropped before the daemon on an early return (declared after it).
         let _ends_worker = EndsWorker(backend.clone());
-        {
-            let worker = backend.worker();
+        for (thread, handler) in handlers.iter().enumerate() {
+            let worker = backend.worker(thread);
             handler.register_listener(
                 worker.completion_fd(),
                 EventSet::IN,
@@ -238,7 +240,7 @@ impl<A: Admission> VolumeServer<A> {
         // backend then waits for any I/O still in the kernel.
         backend.end_worker_thread();
         drop(daemon);
-        let in_flight = backend.worker().in_flight();
+        let in_flight = backend.in_flight();
         tracing::info!(volume = %name, %socket, in_flight, "frontend disconnected");
         match result {
             // A frontend going away is the normal end of a connection.

@@ -1,11 +1,14 @@
 //! `VhostUserBackend` for one volume and one vhost-user connection.
 //!
-//! Implemented directly (not the `Mut` variant behind a backend-wide lock): the worker's
-//! state sits in its own mutex, taken by the worker thread for each event and by the
-//! frontend-handler thread only to drain a queue on GET_VRING_BASE.
+//! Implemented directly (not the `Mut` variant behind a backend-wide lock): each worker's
+//! state sits in its own mutex, taken by its worker thread for each event and by the
+//! frontend-handler thread only to drain a queue on GET_VRING_BASE. Worker `t` of a
+//! volume with `workers = n` serves queues `t`, `t + n`, `t + 2n`...; a volume has one
+//! worker unless configured otherwise.
 
 use super::admission::Admission;
 use super::blk_config::{self, BlkConfig};
+use super::lease::ConnectionLease;
 use super::volume::Volume;
 use super::worker::{Mem, Vring, Worker};
 use std::io;
@@ -42,9 +45,10 @@ impl Tokens {
 
 pub struct VolumeBackend<A: Admission> {
     volume: Arc<Volume<A>>,
-    worker: Mutex<Worker<A>>,
-    /// The worker's wake eventfd, reachable without taking the worker's lock.
-    wake: Arc<vmm_sys_util::eventfd::EventFd>,
+    /// One per worker thread, indexed like `queues_per_thread`.
+    workers: Vec<Mutex<Worker<A>>>,
+    /// The workers' wake eventfds, reachable without taking their locks.
+    wakes: Vec<Arc<vmm_sys_util::eventfd::EventFd>>,
     mem: RwLock<GuestMemoryAtomic<Mem>>,
     tokens: Tokens,
     /// This connection's first message ([`super::handshake`]).
@@ -68,10 +72,20 @@ pub struct VolumeBackend<A: Admission> {
 
 impl<A: Admission> VolumeBackend<A> {
     pub fn new(volume: Arc<Volume<A>>) -> io::Result<Self> {
-        let worker = Worker::new(volume.clone())?;
+        let wakes = (0..volume.workers.max(1))
+            .map(|_| {
+                vmm_sys_util::eventfd::EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC)
+                    .map(Arc::new)
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+        let lease = Arc::new(ConnectionLease::join(volume.lease.clone(), &wakes));
+        let workers = wakes
+            .iter()
+            .map(|wake| Worker::new(volume.clone(), wake.clone(), lease.clone()).map(Mutex::new))
+            .collect::<io::Result<Vec<_>>>()?;
         Ok(VolumeBackend {
-            wake: worker.wake_evt.clone(),
-            worker: Mutex::new(worker),
+            wakes,
+            workers,
             tokens: Tokens::for_queues(volume.num_queues),
             handshake: Arc::default(),
             mem: RwLock::new(GuestMemoryAtomic::new(Mem::new())),
@@ -145,36 +159,61 @@ impl<A: Admission> VolumeBackend<A> {
         self.tokens
     }
 
-    pub fn worker(&self) -> MutexGuard<'_, Worker<A>> {
-        self.worker.lock().unwrap_or_else(|e| e.into_inner())
+    /// Worker `thread`'s state.
+    pub fn worker(&self, thread: usize) -> MutexGuard<'_, Worker<A>> {
+        self.workers[thread]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Makes the worker offer its parked requests again (after a planning period, when
-    /// budgets may have changed).
+    /// Requests of this connection in the kernel now.
+    pub fn in_flight(&self) -> usize {
+        (0..self.workers.len())
+            .map(|t| self.worker(t).in_flight())
+            .sum()
+    }
+
+    /// Makes the workers offer their parked requests again (after a planning period,
+    /// when budgets may have changed).
     pub fn wake(&self) {
-        let _ = self.wake.write(1);
+        for wake in &self.wakes {
+            let _ = wake.write(1);
+        }
     }
 
     /// Completes every request of this connection and stops taking new ones.
     pub fn drain_all(&self) -> io::Result<()> {
-        let mask = self.all_queues_mask();
-        self.worker().drain_for_shutdown(mask)
+        let mut result = Ok(());
+        for (thread, mask) in self.queues_per_thread().into_iter().enumerate() {
+            if let Err(e) = self.worker(thread).drain_for_shutdown(mask) {
+                result = Err(e);
+            }
+        }
+        result
     }
 
     /// Completes every request popped from the queues in `mask` and stops taking new
     /// ones until they restart; the rings they leave are free for the volume's other
     /// connection (design §8.9).
     fn stop_queues(&self, mask: u64) -> io::Result<()> {
-        let mut worker = self.worker();
-        if let Err(e) = worker.drain(mask) {
-            // Requests may still be in flight: the rings stay with this connection, and
-            // go to the other one only when this one ends.
-            tracing::error!(volume = %self.volume.name, "cannot complete the stopped queues' requests ({e}): the volume's other frontend gets the rings only once this one disconnects");
-            return Err(e);
+        let mut result = Ok(());
+        for (thread, served) in self.queues_per_thread().into_iter().enumerate() {
+            let mask = mask & served;
+            if mask == 0 {
+                continue;
+            }
+            let mut worker = self.worker(thread);
+            if let Err(e) = worker.drain(mask) {
+                // Requests may still be in flight: the rings stay with this connection,
+                // and go to the other one only when this one ends.
+                tracing::error!(volume = %self.volume.name, "cannot complete the stopped queues' requests ({e}): the volume's other frontend gets the rings only once this one disconnects");
+                result = Err(e);
+                continue;
+            }
+            worker.resume(mask);
+            worker.stopped(mask);
         }
-        worker.resume(mask);
-        worker.stopped(mask);
-        Ok(())
+        result
     }
 
     fn all_queues_mask(&self) -> u64 {
@@ -216,7 +255,9 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
     /// memory must be logged too.
     fn acked_features(&self, features: u64) {
         let logging = features & VhostUserVirtioFeatures::LOG_ALL.bits() != 0;
-        self.worker().dirty_logging = logging;
+        for thread in 0..self.workers.len() {
+            self.worker(thread).dirty_logging = logging;
+        }
     }
 
     fn set_backend_req_fd(&self, backend: vhost::vhost_user::Backend) {
@@ -276,9 +317,18 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
         Ok(())
     }
 
-    /// One worker thread serves every queue of the volume: QoS keeps one FIFO per volume.
+    /// Worker `t` of `n` serves queues `t`, `t + n`, `t + 2n`... (one worker: all).
     fn queues_per_thread(&self) -> Vec<u64> {
-        vec![self.all_queues_mask()]
+        let all = self.all_queues_mask();
+        let n = self.workers.len() as u32;
+        (0..n)
+            .map(|t| {
+                (0..64u32)
+                    .filter(|q| q % n == t)
+                    .fold(0u64, |mask, q| mask | 1 << q)
+                    & all
+            })
+            .collect()
     }
 
     /// None: vhost-user-backend 0.24 registers an exit event's consumer as a raw fd and
@@ -311,7 +361,7 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
         device_event: u16,
         evset: EventSet,
         vrings: &[Vring],
-        _thread: usize,
+        thread: usize,
     ) -> io::Result<()> {
         if evset != EventSet::IN {
             tracing::warn!(volume = %self.volume.name, device_event, ?evset, "unexpected epoll event");
@@ -320,7 +370,7 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
             // The only error that ends the thread: the connection is over.
             return Err(io::Error::other("connection ended"));
         }
-        let mut worker = self.worker();
+        let mut worker = self.worker(thread);
         let t = self.tokens;
         let memory = || {
             let atomic = self.mem.read().unwrap_or_else(|e| e.into_inner());
@@ -359,7 +409,7 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
         let phase_end = super::engine::monotonic_now_ns() + MAX_POLL_PHASE_NS;
         while let Some(deadline) = polling {
             std::hint::spin_loop();
-            let mut worker = self.worker();
+            let mut worker = self.worker(thread);
             polling = match worker.poll_once(deadline, vrings, &memory) {
                 Ok(next) => next.map(|next| next.min(phase_end)),
                 Err(e) => {

@@ -85,7 +85,12 @@ pub struct Volume<A: Admission> {
     pub admission: A,
     pub counters: VolumeCounters,
     /// Which connection may use the rings: the socket's or the hand-over socket's.
-    pub lease: super::lease::DataPlaneLease,
+    pub lease: std::sync::Arc<super::lease::DataPlaneLease>,
+    /// Worker threads per connection (`workers`), each serving every `workers`-th queue.
+    pub workers: u16,
+    /// Taken by a worker around its calls into admission control: the QoS core admits
+    /// one volume's requests from one thread at a time (design §8.11).
+    pub admission_turn: std::sync::Mutex<()>,
 }
 
 impl<A: Admission> Volume<A> {
@@ -122,7 +127,16 @@ impl<A: Admission> Volume<A> {
             admission,
             counters: VolumeCounters::default(),
             lease: Default::default(),
+            workers: cfg.workers,
+            admission_turn: Default::default(),
         }
+    }
+
+    /// Takes the volume's admission turn (see `admission_turn`).
+    pub fn admission_turn(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.admission_turn
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// The capacity the guest may use now, bytes.

@@ -197,6 +197,10 @@ pub struct VolumeConfig {
     pub num_queues: u16,
     #[serde(default = "default_queue_size")]
     pub queue_size: u16,
+    /// Worker threads serving the volume's queues, each every `workers`-th queue
+    /// (1..=num_queues): more than one lets a multi-queue guest use more than one core.
+    #[serde(default = "default_workers")]
+    pub workers: u16,
     /// Returned by VIRTIO_BLK_T_GET_ID; the volume name if absent.
     #[serde(default)]
     pub serial: Option<String>,
@@ -236,6 +240,9 @@ fn default_weight() -> u32 {
     crate::qos::WEIGHT_DEFAULT
 }
 fn default_num_queues() -> u16 {
+    1
+}
+fn default_workers() -> u16 {
     1
 }
 fn default_queue_size() -> u16 {
@@ -540,6 +547,15 @@ impl Config {
                 return Err(invalid(
                     v.key(i, "num_queues"),
                     format!("must be 1..={MAX_QUEUES} (got {})", v.num_queues),
+                ));
+            }
+            if v.workers == 0 || v.workers > v.num_queues {
+                return Err(invalid(
+                    v.key(i, "workers"),
+                    format!(
+                        "must be 1..=num_queues ({}) (got {}): each worker serves at least one queue",
+                        v.num_queues, v.workers
+                    ),
                 ));
             }
             if !v.queue_size.is_power_of_two() || v.queue_size > MAX_QUEUE_SIZE {

@@ -151,6 +151,18 @@ fn bad_queue_geometry_and_serial_are_refused() {
     assert!(e.contains("\"a\".queue_size"), "{e}");
     let e = err_of(&BASE.replace("group = \"tenant-a\"", "num_queues = 0"));
     assert!(e.contains("\"a\".num_queues"), "{e}");
+    let e = err_of(&BASE.replace("group = \"tenant-a\"", "num_queues = 2\nworkers = 3"));
+    assert!(
+        e.contains("\"a\".workers: must be 1..=num_queues (2) (got 3)"),
+        "{e}"
+    );
+    let e = err_of(&BASE.replace("group = \"tenant-a\"", "workers = 0"));
+    assert!(e.contains("\"a\".workers"), "{e}");
+    let e = err_of(&BASE.replace("[device]", "[device]\npoll_max = \"2ms\""));
+    assert!(
+        e.contains("device.poll_max: must be at most 1000us (got 2000us)"),
+        "{e}"
+    );
     let e = err_of(&BASE.replace("group = \"tenant-a\"", "serial = \"123456789012345678901\""));
     assert!(e.contains("\"a\".serial"), "{e}");
 }

@@ -30,3 +30,4 @@ mod resize;
 mod scale;
 mod virtqueue;
 mod volume_files;
+mod workers;

@@ -1,6 +1,7 @@
 //! A volume's worker: the event-loop state behind one vhost-user connection.
 //!
-//! One worker thread serves every queue of its volume. On a kick it pops descriptor
+//! A worker thread serves its share of the volume's queues (all of them unless the
+//! volume has several `workers`; design §8.11). On a kick it pops descriptor
 //! chains, parses and validates them, and appends them to the volume's FIFO
 //! ([`ring`]). `dispatch` then lets the FIFO head go when admission control (QoS) admits
 //! it and a device slot is free ([`super::admit_queue`]), and hands it to io_uring
@@ -26,6 +27,7 @@ use self::inflight::{InFlight, IovecPool};
 use super::admission::{Admission, Timing};
 use super::admit_queue::{AdmitQueue, Next, WaitDeadline};
 use super::engine::Engine;
+use super::lease::ConnectionLease;
 use super::request::{ChainLayout, Request};
 use super::volume::Volume;
 use crate::logging::LogLimiter;
@@ -52,9 +54,9 @@ pub struct Worker<A: Admission> {
     /// The frontend acked LOG_ALL (a migration): reads log the guest pages they wrote.
     pub dirty_logging: bool,
     /// This connection in the volume's data-plane lease ([`crate::backend::lease`]).
-    lease_id: crate::backend::lease::Holder,
-    /// Queues served (kicked while ready) since they were last stopped: the lease is held
-    /// while any is.
+    lease: Arc<ConnectionLease>,
+    /// Queues served (kicked while ready) since they were last stopped: the connection
+    /// holds the lease while any worker's is not empty.
     serving: u64,
     /// Queues kicked while the volume's other connection held the lease, popped when it
     /// comes free.
@@ -98,7 +100,13 @@ pub struct Worker<A: Admission> {
 }
 
 impl<A: Admission> Worker<A> {
-    pub fn new(volume: Arc<Volume<A>>) -> io::Result<Self> {
+    /// A worker woken through `wake_evt` (another volume freed a device slot, the planner
+    /// ran, the lease came free), serving for the connection in `lease`.
+    pub fn new(
+        volume: Arc<Volume<A>>,
+        wake_evt: Arc<EventFd>,
+        lease: Arc<ConnectionLease>,
+    ) -> io::Result<Self> {
         let depth = u32::from(volume.queue_size) * u32::from(volume.num_queues);
         // An emulated request takes two entries: the operation and its deadline.
         let entries = if volume.shared.emulated.is_some() {
@@ -111,15 +119,14 @@ impl<A: Admission> Worker<A> {
             .file
             .as_ref()
             .map(std::os::unix::io::AsRawFd::as_raw_fd);
-        let wake_evt = Arc::new(EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC)?);
-        let mut worker = Worker {
+        Ok(Worker {
             engine: Engine::new(entries, file)?,
             timer: TimerFd::new()?,
             timer_deadline: WaitDeadline::default(),
-            wake_evt: wake_evt.clone(),
+            wake_evt,
             waiting_for_slot: false,
             dirty_logging: false,
-            lease_id: 0,
+            lease,
             serving: 0,
             deferred: 0,
             waited_for_rings: false,
@@ -142,10 +149,7 @@ impl<A: Admission> Worker<A> {
             progress: 0,
             poll: poll::PollWindow::new(volume.shared.poll_max_ns),
             volume,
-        };
-        // Joined last: a worker that failed to build never holds or waits for the lease.
-        worker.lease_id = worker.volume.lease.join(wake_evt);
-        Ok(worker)
+        })
     }
 
     pub fn completion_fd(&self) -> std::os::unix::io::RawFd {
@@ -208,7 +212,7 @@ impl<A: Admission> Worker<A> {
         if self.serving & bit != 0 {
             return true;
         }
-        if self.serving == 0 && !self.volume.lease.try_hold(self.lease_id) {
+        if self.serving == 0 && !self.lease.start_serving() {
             if !std::mem::replace(&mut self.waited_for_rings, true) {
                 tracing::info!(volume = %self.volume.name, "the volume's other frontend is using the rings (a migration hand-over): this one waits until they are stopped");
             }
@@ -231,7 +235,7 @@ impl<A: Admission> Worker<A> {
         if self.serving != 0 {
             self.serving &= !mask;
             if self.serving == 0 {
-                self.volume.lease.release(self.lease_id);
+                self.lease.stop_serving();
             }
         }
     }
@@ -254,6 +258,7 @@ impl<A: Admission> Worker<A> {
     /// Reports the completions gathered since the last call to admission control.
     fn settle(&mut self) {
         if !self.settled.is_empty() {
+            let _turn = self.volume.admission_turn();
             self.volume.admission.complete(&self.settled);
             self.settled.clear();
         }
@@ -268,6 +273,7 @@ impl<A: Admission> Worker<A> {
             return Ok(());
         }
         let volume = self.volume.clone();
+        let _turn = volume.admission_turn();
         let now = volume.admission.now_ns();
         loop {
             let slots = &volume.shared.slots;
@@ -289,6 +295,7 @@ impl<A: Admission> Worker<A> {
     /// must not wait behind another queue's throttled requests.
     fn dispatch_stopping(&mut self) -> io::Result<()> {
         let volume = self.volume.clone();
+        let _turn = volume.admission_turn();
         let now = volume.admission.now_ns();
         let stopping = self.stopping;
         for p in self
@@ -423,10 +430,13 @@ impl<A: Admission> Drop for Worker<A> {
                 self.settled.push((ticket, timing));
             }
         }
+        let _turn = self.volume.admission_turn();
         admission.complete(&self.settled);
         if was_waiting {
             admission.abandon_wait();
         }
-        self.volume.lease.leave(self.lease_id);
+        if self.serving != 0 {
+            self.lease.stop_serving();
+        }
     }
 }

@@ -1,0 +1,100 @@
+//! A volume with several worker threads (`workers`): each serves its own queues, and the
+//! data written through one queue reads back through the other.
+
+use crate::client::{pattern, Client, Op};
+use crate::daemon::{config, volume, DaemonProcess};
+use std::collections::HashMap;
+
+/// How long each of the daemon's vring worker threads has run, ns, by thread id.
+fn worker_run_ns(pid: u32) -> HashMap<u32, u64> {
+    let mut run = HashMap::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let path = task.path();
+        let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+        if comm.trim() != "vring_worker" {
+            continue;
+        }
+        let schedstat = std::fs::read_to_string(path.join("schedstat")).unwrap_or_default();
+        let ns = schedstat
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok());
+        let tid = task.file_name().to_string_lossy().parse().unwrap();
+        run.insert(tid, ns.unwrap_or(0));
+    }
+    run
+}
+
+/// Reads 4 KiB 4,000 times on `queue`, 16 at a time, and returns the worker thread that
+/// ran the most meanwhile, with its share of all the workers' run time.
+fn busiest_worker(d: &DaemonProcess, client: &mut Client, queue: usize) -> (u32, f64) {
+    let before = worker_run_ns(d.pid());
+    for batch in 0..250u64 {
+        for k in 0..16u64 {
+            let off = (batch * 16 + k) % 2048 * 4096;
+            let buf = k as usize * 4096;
+            client.submit(
+                queue,
+                Op::Read {
+                    off,
+                    len: 4096,
+                    buf,
+                },
+                k as usize,
+            );
+        }
+        let done = client.wait(queue, 16);
+        assert!(
+            done.iter().all(|&(_, ret)| ret == 0),
+            "reads on queue {queue}: {done:?}"
+        );
+    }
+    let after = worker_run_ns(d.pid());
+    let ran: Vec<(u32, u64)> = after
+        .iter()
+        .map(|(tid, ns)| (*tid, ns - before.get(tid).copied().unwrap_or(0)))
+        .collect();
+    let total: u64 = ran.iter().map(|(_, ns)| ns).sum();
+    let (tid, most) = ran.into_iter().max_by_key(|(_, ns)| *ns).unwrap();
+    (tid, most as f64 / total.max(1) as f64)
+}
+
+#[test]
+fn two_workers_serve_a_two_queue_volume_and_one_worker_serves_both_queues_alone() {
+    let d = DaemonProcess::start(&config(
+        "",
+        &(volume("two", 0, 8, "num_queues = 2\nworkers = 2")
+            + &volume("one", 8, 8, "num_queues = 2")),
+    ));
+    let mut two = Client::connect(&d.socket("two"), 2, 1 << 20);
+    // Written through queue 0, read back through queue 1, and the other way round.
+    for (write_q, read_q, seed) in [(0, 1, 1u8), (1, 0, 2)] {
+        let off = u64::from(seed) << 20;
+        let data = pattern(off, 64 << 10, seed);
+        two.buf()[..data.len()].copy_from_slice(&data);
+        let len = data.len();
+        two.submit(write_q, Op::Write { off, len, buf: 0 }, 0);
+        assert_eq!(two.wait(write_q, 1)[0].1, 0);
+        two.submit(read_q, Op::Read { off, len, buf: len }, 0);
+        assert_eq!(two.wait(read_q, 1)[0].1, 0);
+        assert!(
+            two.buf()[len..2 * len] == data[..],
+            "queue {read_q} reads what queue {write_q} wrote"
+        );
+    }
+    let (q0, share0) = busiest_worker(&d, &mut two, 0);
+    let (q1, share1) = busiest_worker(&d, &mut two, 1);
+    assert_ne!(q0, q1, "queues 0 and 1 are served by different threads");
+    assert!(
+        share0 > 0.8 && share1 > 0.8,
+        "each queue's thread did the work: {share0:.2}, {share1:.2}"
+    );
+
+    let mut one = Client::connect(&d.socket("one"), 2, 1 << 20);
+    let (q0, _) = busiest_worker(&d, &mut one, 0);
+    let (q1, _) = busiest_worker(&d, &mut one, 1);
+    assert_eq!(q0, q1, "with one worker, one thread serves both queues");
+}
