@@ -149,8 +149,8 @@ mod tests {
     fn one_holder_at_a_time_and_the_other_is_woken_on_release() {
         let lease = DataPlaneLease::default();
         let (wake_a, wake_b) = (eventfd(), eventfd());
-        let a = lease.join(&[wake_a.clone()]);
-        let b = lease.join(&[wake_b.clone()]);
+        let a = lease.join(std::slice::from_ref(&wake_a));
+        let b = lease.join(std::slice::from_ref(&wake_b));
         assert_ne!(a, b);
         assert!(lease.try_hold(a));
         assert!(lease.try_hold(a), "holding again is a no-op");
@@ -169,7 +169,7 @@ mod tests {
         let lease = DataPlaneLease::default();
         let wake_b = eventfd();
         let a = lease.join(&[eventfd()]);
-        let b = lease.join(&[wake_b.clone()]);
+        let b = lease.join(std::slice::from_ref(&wake_b));
         assert!(lease.try_hold(a));
         lease.leave(a);
         assert_eq!(lease.holder(), 0);
@@ -183,7 +183,7 @@ mod tests {
         let lease = Arc::new(DataPlaneLease::default());
         let (wake_1, wake_2, wake_other) = (eventfd(), eventfd(), eventfd());
         let connection = ConnectionLease::join(lease.clone(), &[wake_1.clone(), wake_2.clone()]);
-        let other = ConnectionLease::join(lease.clone(), &[wake_other.clone()]);
+        let other = ConnectionLease::join(lease.clone(), std::slice::from_ref(&wake_other));
         assert!(connection.start_serving());
         assert!(
             connection.start_serving(),
