@@ -6,8 +6,10 @@
 #   - this daemon on the file and on `kind = "null"` (QoS off, and the null path with QoS
 #     on),
 #   - qemu-storage-daemon on the file (aio=io_uring, cache.direct=on) and on null-co;
-# and the server's CPU time per request (utime + stime from /proc) on the null paths at a
-# fixed 40,000 requests a second.
+# the server's CPU time per request (utime + stime from /proc) on the null paths at a
+# fixed 40,000 requests a second; the daemon with its default adaptive polling and with
+# `poll_max = "0us"`; and the scaling of a two-queue null volume served by one and by two
+# workers, from one client thread on one queue to two client threads on two queues.
 #
 # The machine is shared and noisy: the rows run one after another in each of ROUNDS
 # rounds, and the table shows the best round of each (highest IOPS, lowest p50).
@@ -49,6 +51,7 @@ print(json.dumps({"row": row, "qd": qd, "iops": r["iops"], "p50": r["lat_p50_us"
 PY
 }
 
+# daemon DEVICE_LINES QOS_ENABLE [VOLUME_LINES]
 daemon() {
     start_daemon "[device]
 $1
@@ -57,7 +60,8 @@ enable = $2
 [[volume]]
 name = \"v\"
 socket = \"v.sock\"
-size = \"1GiB\""
+size = \"1GiB\"
+${3:-}"
     server_pid=$daemon_pid
 }
 
@@ -91,9 +95,21 @@ for round in $(seq "$rounds"); do
     both_depths "vhost-iocost, null" "$work/v.sock"
     ramp=0s rate_opt=",rate_iops=$rate" measure "vhost-iocost, null, CPU" 32 "$work/v.sock"
     stop_server
+    daemon 'kind = "null"
+poll_max = "0us"' false
+    both_depths "vhost-iocost, null, no polling" "$work/v.sock"
+    ramp=0s rate_opt=",rate_iops=$rate" measure "vhost-iocost, null, no polling, CPU" 32 "$work/v.sock"
+    stop_server
     daemon 'kind = "null"' true
     measure "vhost-iocost, null, QoS on" 32 "$work/v.sock"
     stop_server
+    for workers in 1 2; do
+        daemon 'kind = "null"' false "num_queues = 2
+workers = $workers"
+        measure "workers $workers, 1 client thread" 16 "$work/v.sock"
+        rate_opt=",queues=2,queue_threads=true" measure "workers $workers, 2 client threads" 32 "$work/v.sock"
+        stop_server
+    done
     qsd "driver=null-co,node-name=n0,size=1073741824"
     both_depths "qemu-storage-daemon, null-co" "$work/q.sock"
     ramp=0s rate_opt=",rate_iops=$rate" measure "qemu-storage-daemon, null-co, CPU" 32 "$work/q.sock"
@@ -112,7 +128,8 @@ fio32, fio1 = best(fio, 32, "iops", max), best(fio, 1, "p50", min)
 print("| path | QD32 IOPS | x fio | QD1 p50 | - fio |")
 print("|---|---|---|---|---|")
 for row in [fio, "vhost-iocost, file", "qemu-storage-daemon, file",
-            "vhost-iocost, null", "qemu-storage-daemon, null-co"]:
+            "vhost-iocost, null", "vhost-iocost, null, no polling",
+            "qemu-storage-daemon, null-co"]:
     iops, p50 = best(row, 32, "iops", max), best(row, 1, "p50", min)
     x = f"{iops / fio32:.2f}" if "file" in row else ""
     d = f"{p50 - fio1:+.1f} us" if "file" in row else ""
@@ -122,8 +139,15 @@ q32 = best("qemu-storage-daemon, null-co", 32, "iops", max)
 on = best("vhost-iocost, null, QoS on", 32, "iops", max)
 print(f"\nnull path QD32, vhost-iocost / qemu-storage-daemon null-co: {d32 / q32:.2f}  (target >= 1.3)")
 print(f"null path QD32, QoS on / off: {on / d32:.2f}  (target >= 0.97)")
-for row in ["vhost-iocost, null, CPU", "qemu-storage-daemon, null-co, CPU"]:
+for row in ["vhost-iocost, null, CPU", "vhost-iocost, null, no polling, CPU",
+            "qemu-storage-daemon, null-co, CPU"]:
     per = [r["cpu_s"] / r["ios"] * 1e6 for r in rows if r["row"] == row and r["ios"]]
     print(f"server CPU per request at {rate}/s, {row[:-5]}: "
           + ", ".join(f"{x:.2f} us" for x in per) + f"  (best {min(per):.2f} us)")
+print("\ntwo-queue null volume, QD16 per client thread (IOPS, best round):")
+for workers in (1, 2):
+    one = best(f"workers {workers}, 1 client thread", 16, "iops", max)
+    two = best(f"workers {workers}, 2 client threads", 32, "iops", max)
+    print(f"  workers = {workers}: 1 thread on 1 queue {one / 1000:,.1f} k, "
+          f"2 threads on 2 queues {two / 1000:,.1f} k, ratio {two / one:.2f}")
 PY

@@ -5,8 +5,10 @@
 
 pub use crate::qos::{Decision, IoKind, IoRequest, Timing};
 
-/// Admission control for one volume. Called only from that volume's worker thread, in FIFO
-/// order: after a `Decision::Wait`, the same request is offered again before any later one.
+/// Admission control for one volume. Called from one thread at a time (the volume's
+/// worker, or with several workers the one holding the volume's admission turn), in FIFO
+/// order: after a `Decision::Wait`, the same request is offered again before any later one
+/// of that worker's.
 /// The worker calls in batches (every request popped on a kick, every completion reaped
 /// on a wake-up), so the clock is read once per batch and completions are reported
 /// together: at a million requests per second every nanosecond here shows.

@@ -228,12 +228,13 @@ fn default_true() -> bool {
 fn default_queue_depth() -> u32 {
     256
 }
-/// Below the ~25 µs between requests of a guest doing 40,000 a second, one at a time:
-/// such a guest never makes the worker poll.
+/// QEMU's default for an iothread's `poll-max-ns`: long enough to catch a guest's next
+/// request at queue depth 1 (its own turnaround), which saves a wake-up worth tens of
+/// microseconds of latency in a VM host (BENCHMARKS.md, data path).
 fn default_poll_max() -> crate::duration::DurationUs {
     crate::duration::DurationUs(POLL_MAX_DEFAULT_US)
 }
-pub const POLL_MAX_DEFAULT_US: u64 = 16;
+const POLL_MAX_DEFAULT_US: u64 = 32;
 /// Polling holds the worker's lock between looks; longer windows only burn CPU.
 const POLL_MAX_LIMIT_US: u64 = 1_000;
 fn default_weight() -> u32 {

@@ -163,9 +163,96 @@ fn run_tenant(
     let mut conn = conn?;
     std::thread::sleep(t.delay);
     live.set_state(index, progress::RUNNING);
-    let result = drive(t, &mut conn, run_start, &live.ios[index]);
+    let result = if t.queue_threads && conn.queues.len() > 1 {
+        drive_per_queue(t, &mut conn, run_start, &live.ios[index])
+    } else {
+        let lane = Lane {
+            queues: &mut conn.queues,
+            base: conn.region.addr,
+            blocks: conn.blocks,
+            seed: 0,
+        };
+        drive(t, lane, run_start, &live.ios[index]).map(|(result, _)| result)
+    };
     live.set_state(index, progress::DONE);
     result
+}
+
+/// What one driving thread uses of a connection: its queues, the buffers of its request
+/// slots (from `base`), and a seed of its own for its offsets.
+struct Lane<'a> {
+    queues: &'a mut [Blkioq],
+    base: usize,
+    blocks: u64,
+    seed: u64,
+}
+
+/// `queue_threads`: one thread per queue, each driving `iodepth / queues` requests (and
+/// its share of `rate_iops`) on its queue; their results are summed.
+fn drive_per_queue(
+    t: &TenantSpec,
+    conn: &mut Conn,
+    run_start: Instant,
+    live_ios: &AtomicU64,
+) -> Result<TenantResult, String> {
+    let nq = conn.queues.len();
+    let share = TenantSpec {
+        iodepth: t.iodepth / nq,
+        queues: 1,
+        rate_iops: t.rate_iops.map(|r| (r / nq as u32).max(1)),
+        ..t.clone()
+    };
+    let (base, blocks) = (conn.region.addr, conn.blocks);
+    let slot_bytes = share.iodepth * share.bs as usize;
+    let parts = std::thread::scope(|scope| {
+        let threads: Vec<_> = conn
+            .queues
+            .iter_mut()
+            .enumerate()
+            .map(|(i, queue)| {
+                let share = &share;
+                let lane = Lane {
+                    queues: std::slice::from_mut(queue),
+                    base: base + i * slot_bytes,
+                    blocks,
+                    seed: i as u64 + 1,
+                };
+                scope.spawn(move || drive(share, lane, run_start, live_ios))
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|h| h.join().map_err(|_| "queue thread panicked".to_string())?)
+            .collect::<Result<Vec<_>, String>>()
+    })?;
+    Ok(sum_lanes(parts))
+}
+
+/// The results of a tenant's lanes as one: counts and rates add up, latencies come
+/// from the merged histogram, and each second's p99 is the worst lane's.
+fn sum_lanes(parts: Vec<(TenantResult, Histogram<u64>)>) -> TenantResult {
+    let mut parts = parts.into_iter();
+    let (mut total, mut hist) = parts.next().expect("at least one lane");
+    for (r, h) in parts {
+        let _ = hist.add(&h);
+        total.ios += r.ios;
+        total.bytes += r.bytes;
+        total.completed += r.completed;
+        total.errors += r.errors;
+        total.iops += r.iops;
+        total.mib_per_s += r.mib_per_s;
+        for (sum, s) in total.per_second.iter_mut().zip(&r.per_second) {
+            sum.iops += s.iops;
+            sum.mib_per_s += s.mib_per_s;
+            sum.p99_us = sum.p99_us.max(s.p99_us);
+        }
+    }
+    if !hist.is_empty() {
+        total.lat_p50_us = hist.value_at_quantile(0.5) as f64;
+        total.lat_p99_us = hist.value_at_quantile(0.99) as f64;
+        total.lat_p999_us = hist.value_at_quantile(0.999) as f64;
+    }
+    total
 }
 
 /// Per-second counters.
@@ -276,25 +363,28 @@ fn collect(
     Ok(())
 }
 
+/// Drives `t` on `lane` until its runtime is over; returns what it got, with the
+/// latency histogram of its measured window.
 fn drive(
     t: &TenantSpec,
-    conn: &mut Conn,
+    lane: Lane<'_>,
     run_start: Instant,
     live_ios: &AtomicU64,
-) -> Result<TenantResult, String> {
+) -> Result<(TenantResult, Histogram<u64>), String> {
     let what = |e: blkio::Error| format!("tenant {} ({}): {e}", t.name, t.socket);
-    let nq = conn.queues.len();
+    let queues = lane.queues;
+    let nq = queues.len();
     if nq > 1 {
-        for q in &mut conn.queues {
+        for q in queues.iter_mut() {
             if q.get_completion_fd().is_none() {
                 return Err(format!("tenant {}: queue without a completion fd", t.name));
             }
             q.set_completion_fd_enabled(true);
         }
     }
-    let base = conn.region.addr as *mut u8;
-    let blocks = conn.blocks;
-    let seed = t.socket.len() as u64 ^ (t.bs << 7);
+    let base = lane.base as *mut u8;
+    let blocks = lane.blocks;
+    let seed = t.socket.len() as u64 ^ (t.bs << 7) ^ lane.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     let mut rng = Rng::new(seed);
     let mut verifier = t
         .verify
@@ -385,12 +475,7 @@ fn drive(
                 // Requests go to the queues round-robin.
                 slot_queue[slot] = next_queue;
                 queue_in_flight[next_queue] += 1;
-                slot_io[slot] = submit(
-                    &mut conn.queues[next_queue],
-                    slot,
-                    &mut rng,
-                    verifier.as_ref(),
-                );
+                slot_io[slot] = submit(&mut queues[next_queue], slot, &mut rng, verifier.as_ref());
                 next_queue = (next_queue + 1) % nq;
                 in_flight += 1;
                 if let Some(i) = interval {
@@ -413,14 +498,7 @@ fn drive(
             timeout = timeout.min(next_issue.saturating_duration_since(Instant::now()));
         }
         done.clear();
-        collect(
-            &mut conn.queues,
-            &queue_in_flight,
-            &mut comps,
-            timeout,
-            &mut done,
-        )
-        .map_err(what)?;
+        collect(queues, &queue_in_flight, &mut comps, timeout, &mut done).map_err(what)?;
         let done_at = Instant::now();
         let mut ok = 0;
         for &(slot, ret) in &done {
@@ -463,7 +541,7 @@ fn drive(
             hist.value_at_quantile(q) as f64
         }
     };
-    Ok(TenantResult {
+    let result = TenantResult {
         name: t.name.clone(),
         ios,
         bytes: ios * t.bs,
@@ -479,7 +557,8 @@ fn drive(
         lat_p999_us: pct(0.999),
         start_s: seconds.offset_s,
         per_second: seconds.samples,
-    })
+    };
+    Ok((result, hist))
 }
 
 /// A fixed-width table, one row per tenant.

@@ -73,6 +73,9 @@ pub struct TenantSpec {
     pub duty: Option<Duty>,
     /// vhost-user queues the tenant uses; requests go to them round-robin.
     pub queues: usize,
+    /// One client thread per queue, each keeping `iodepth / queues` requests (and its
+    /// share of `rate_iops`) in flight on its own queue, instead of one thread for all.
+    pub queue_threads: bool,
     /// Check every read of a block this tenant wrote against its last write.
     pub verify: bool,
 }
@@ -92,6 +95,7 @@ impl Default for TenantSpec {
             delay: Duration::from_secs(0),
             duty: None,
             queues: 1,
+            queue_threads: false,
             verify: false,
         }
     }
@@ -113,6 +117,7 @@ pub const TENANT_KEYS: &[&str] = &[
     "on",
     "off",
     "queues",
+    "queue_threads",
     "verify",
 ];
 
@@ -167,11 +172,16 @@ impl TenantSpec {
                 }
             }
             "queues" => t.queues = num(value)?.min(1 << 16) as usize,
-            "verify" => {
-                t.verify = match value {
+            "queue_threads" | "verify" => {
+                let on = match value {
                     "true" | "1" => true,
                     "false" | "0" => false,
-                    _ => return Err(format!("verify: `{value}` is not true or false")),
+                    _ => return Err(format!("{key}: `{value}` is not true or false")),
+                };
+                if key == "verify" {
+                    t.verify = on;
+                } else {
+                    t.queue_threads = on;
                 }
             }
             other => {
@@ -205,6 +215,17 @@ impl TenantSpec {
                 "queues: {} queues need an iodepth of at least {} (got {})",
                 self.queues, self.queues, self.iodepth
             ));
+        }
+        if self.queue_threads && self.iodepth % self.queues != 0 {
+            return Err(format!(
+                "queue_threads: iodepth ({}) must split evenly over the {} queues",
+                self.iodepth, self.queues
+            ));
+        }
+        if self.queue_threads && self.verify {
+            return Err(
+                "queue_threads: not with verify (one thread tracks what was written)".into(),
+            );
         }
         if self.rate_iops == Some(0) {
             return Err("rate_iops: must be positive".into());
