@@ -3,7 +3,7 @@
 //! A volume takes a second frontend on its hand-over socket, so that a migration's
 //! destination QEMU on the same host can attach while the source is still connected. Two
 //! connections must never serve the guest's rings at once: the volume's QoS state and the
-//! guest's own ordering assume one worker. The lease is that rule. A connection's worker
+//! guest's own ordering assume one frontend. The lease is that rule. A connection's worker
 //! takes it when one of its rings is first ready and kicked, and gives it back once every
 //! ring it served has been stopped (GET_VRING_BASE, after which its requests are all
 //! answered), or when the connection ends. A worker kicked while the other holds the lease
@@ -118,6 +118,10 @@ impl ConnectionLease {
     /// A worker serves no ring any more: the last one gives the lease back.
     pub fn stop_serving(&self) {
         let mut serving = self.lock();
+        debug_assert!(
+            *serving > 0,
+            "a worker stopped serving more often than it started"
+        );
         *serving = serving.saturating_sub(1);
         if *serving == 0 {
             self.lease.release(self.id);

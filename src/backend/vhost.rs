@@ -47,6 +47,12 @@ pub struct VolumeBackend<A: Admission> {
     volume: Arc<Volume<A>>,
     /// One per worker thread, indexed like `queues_per_thread`.
     workers: Vec<Mutex<Worker<A>>>,
+    /// The guest queues each worker serves, a bit per queue (`queues_per_thread`). The
+    /// crate hands worker `t` only its own vrings, numbered from 0: see `local_mask`.
+    masks: Vec<u64>,
+    /// Stops (GET_VRING_BASE, RESET_DEVICE, shutdown) waiting for a worker's lock: while
+    /// any does, poll phases end, so the lock is not kept from them for up to a phase.
+    stops_waiting: std::sync::atomic::AtomicU32,
     /// The workers' wake eventfds, reachable without taking their locks.
     wakes: Vec<Arc<vmm_sys_util::eventfd::EventFd>>,
     mem: RwLock<GuestMemoryAtomic<Mem>>,
@@ -79,13 +85,23 @@ impl<A: Admission> VolumeBackend<A> {
             })
             .collect::<io::Result<Vec<_>>>()?;
         let lease = Arc::new(ConnectionLease::join(volume.lease.clone(), &wakes));
-        let workers = wakes
-            .iter()
-            .map(|wake| Worker::new(volume.clone(), wake.clone(), lease.clone()).map(Mutex::new))
+        let n = wakes.len() as u16;
+        let workers = (0..n)
+            .map(|t| {
+                let wake = wakes[usize::from(t)].clone();
+                let queues = super::worker::QueueNumbers {
+                    first: t,
+                    stride: n,
+                };
+                Worker::new(volume.clone(), wake, lease.clone(), queues).map(Mutex::new)
+            })
             .collect::<io::Result<Vec<_>>>()?;
+        let masks = round_robin_masks(volume.num_queues, n);
         Ok(VolumeBackend {
             wakes,
             workers,
+            masks,
+            stops_waiting: Default::default(),
             tokens: Tokens::for_queues(volume.num_queues),
             handshake: Arc::default(),
             mem: RwLock::new(GuestMemoryAtomic::new(Mem::new())),
@@ -183,22 +199,42 @@ impl<A: Admission> VolumeBackend<A> {
 
     /// Completes every request of this connection and stops taking new ones.
     pub fn drain_all(&self) -> io::Result<()> {
+        let _stop = self.request_stop();
         let mut result = Ok(());
-        for (thread, mask) in self.queues_per_thread().into_iter().enumerate() {
-            if let Err(e) = self.worker(thread).drain_for_shutdown(mask) {
+        for thread in 0..self.workers.len() {
+            let local = self.local_mask(thread, self.all_queues_mask());
+            if let Err(e) = self.worker(thread).drain_for_shutdown(local) {
                 result = Err(e);
             }
         }
         result
     }
 
+    fn local_mask(&self, thread: usize, mask: u64) -> u64 {
+        local_mask(self.masks[thread], mask)
+    }
+
+    /// Ends the workers' poll phases until the returned guard is dropped.
+    fn request_stop(&self) -> impl Drop + '_ {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        struct Stop<'a>(&'a AtomicU32);
+        impl Drop for Stop<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        self.stops_waiting.fetch_add(1, Ordering::AcqRel);
+        Stop(&self.stops_waiting)
+    }
+
     /// Completes every request popped from the queues in `mask` and stops taking new
     /// ones until they restart; the rings they leave are free for the volume's other
     /// connection (design §8.9).
     fn stop_queues(&self, mask: u64) -> io::Result<()> {
+        let _stop = self.request_stop();
         let mut result = Ok(());
-        for (thread, served) in self.queues_per_thread().into_iter().enumerate() {
-            let mask = mask & served;
+        for thread in 0..self.workers.len() {
+            let mask = self.local_mask(thread, mask);
             if mask == 0 {
                 continue;
             }
@@ -223,6 +259,28 @@ impl<A: Admission> VolumeBackend<A> {
             (1u64 << self.volume.num_queues) - 1
         }
     }
+}
+
+/// A worker's own numbers (bit `i`: its `i`-th vring) for the guest queues in `mask`,
+/// given the guest queues it serves (`served`).
+fn local_mask(served: u64, mask: u64) -> u64 {
+    (0..64)
+        .filter(|q| served >> q & 1 == 1)
+        .enumerate()
+        .filter(|&(_, q)| mask >> q & 1 == 1)
+        .fold(0, |local, (i, _)| local | 1 << i)
+}
+
+/// Worker `t` of `workers` serves guest queues `t`, `t + workers`, `t + 2 workers`...
+fn round_robin_masks(num_queues: u16, workers: u16) -> Vec<u64> {
+    let (num_queues, workers) = (u32::from(num_queues).min(64), u32::from(workers.max(1)));
+    (0..workers)
+        .map(|t| {
+            (0..num_queues)
+                .filter(|q| q % workers == t)
+                .fold(0, |mask, q| mask | 1 << q)
+        })
+        .collect()
 }
 
 impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
@@ -319,16 +377,7 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
 
     /// Worker `t` of `n` serves queues `t`, `t + n`, `t + 2n`... (one worker: all).
     fn queues_per_thread(&self) -> Vec<u64> {
-        let all = self.all_queues_mask();
-        let n = self.workers.len() as u32;
-        (0..n)
-            .map(|t| {
-                (0..64u32)
-                    .filter(|q| q % n == t)
-                    .fold(0u64, |mask, q| mask | 1 << q)
-                    & all
-            })
-            .collect()
+        self.masks.clone()
     }
 
     /// None: vhost-user-backend 0.24 registers an exit event's consumer as a raw fd and
@@ -400,8 +449,14 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
         // log it and keep serving (the next event retries).
         if let Err(e) = result {
             worker.report_error(device_event, &e);
+            // The handler may have stopped before reaping what completed at once (the
+            // null device signals no eventfd): nothing must be left for the next event.
+            if let Err(e) = worker.reap_leftovers() {
+                worker.report_error(device_event, &e);
+            }
         }
-        let mut polling = started.and_then(|started| worker.polled(started, progress));
+        let mut polling =
+            started.and_then(|started| worker.poll_deadline_after_event(started, progress));
         drop(worker);
         // Look for more work while the poll window is open (design §8.10), the worker's
         // lock taken for each look so that GET_VRING_BASE can drain between them; at most
@@ -410,14 +465,44 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
         while let Some(deadline) = polling {
             std::hint::spin_loop();
             let mut worker = self.worker(thread);
+            let stop = self
+                .stops_waiting
+                .load(std::sync::atomic::Ordering::Acquire)
+                != 0;
             polling = match worker.poll_once(deadline, vrings, &memory) {
-                Ok(next) => next.map(|next| next.min(phase_end)),
+                Ok(next) if !stop => next.map(|next| next.min(phase_end)),
+                Ok(_) => None,
                 Err(e) => {
                     worker.report_error(device_event, &e);
                     None
                 }
             };
+            if polling.is_none() {
+                if let Err(e) = worker.end_polling(vrings, &memory) {
+                    worker.report_error(device_event, &e);
+                }
+            }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queues_go_round_robin_and_each_worker_numbers_its_own_from_zero() {
+        assert_eq!(round_robin_masks(1, 1), [0b1]);
+        assert_eq!(round_robin_masks(4, 1), [0b1111]);
+        assert_eq!(round_robin_masks(4, 2), [0b0101, 0b1010]);
+        assert_eq!(round_robin_masks(5, 3), [0b01001, 0b10010, 0b00100]);
+        let masks = round_robin_masks(4, 2);
+        // Guest queue 1 is worker 1's first vring, guest queue 3 its second.
+        assert_eq!(local_mask(masks[1], 1 << 1), 0b01);
+        assert_eq!(local_mask(masks[1], 1 << 3), 0b10);
+        assert_eq!(local_mask(masks[0], 1 << 1), 0, "not worker 0's");
+        assert_eq!(local_mask(masks[0], 0b1111), 0b11);
+        assert_eq!(local_mask(u64::MAX, u64::MAX), u64::MAX);
     }
 }

@@ -230,12 +230,12 @@ fn default_queue_depth() -> u32 {
 }
 /// QEMU's default for an iothread's `poll-max-ns`: long enough to catch a guest's next
 /// request at queue depth 1 (its own turnaround), which saves a wake-up worth tens of
-/// microseconds of latency in a VM host (BENCHMARKS.md, data path).
+/// microseconds of latency on a VM host (BENCHMARKS.md, data path).
 fn default_poll_max() -> crate::duration::DurationUs {
     crate::duration::DurationUs(POLL_MAX_DEFAULT_US)
 }
 const POLL_MAX_DEFAULT_US: u64 = 32;
-/// Polling holds the worker's lock between looks; longer windows only burn CPU.
+/// A window longer than this would only burn CPU: a wake-up costs far less.
 const POLL_MAX_LIMIT_US: u64 = 1_000;
 fn default_weight() -> u32 {
     crate::qos::WEIGHT_DEFAULT

@@ -3,7 +3,25 @@
 
 use crate::client::{pattern, Client, Op};
 use crate::daemon::{config, volume, DaemonProcess};
+use crate::raw_frontend::*;
 use std::collections::HashMap;
+
+/// A disk whose reads take 25 ms each, one at a time: requests stay in flight while a
+/// test stops their ring.
+const SLOW_DISK: &str = r#"
+kind = "emulated"
+direct = false
+[device.emulated]
+rbps = 1000000000
+rseqiops = 40
+rrandiops = 40
+wbps = 1000000000
+wseqiops = 40
+wrandiops = 40
+channels = 1
+[device.qos]
+enable = false
+"#;
 
 /// How long each of the daemon's vring worker threads has run, ns, by thread id.
 fn worker_run_ns(pid: u32) -> HashMap<u32, u64> {
@@ -97,4 +115,57 @@ fn two_workers_serve_a_two_queue_volume_and_one_worker_serves_both_queues_alone(
     let (q0, _) = busiest_worker(&d, &mut one, 0);
     let (q1, _) = busiest_worker(&d, &mut one, 1);
     assert_eq!(q0, q1, "with one worker, one thread serves both queues");
+}
+
+#[test]
+fn stopping_the_second_workers_queue_answers_its_requests_first_and_frees_the_rings() {
+    let d = DaemonProcess::start(&config(
+        SLOW_DISK,
+        &volume("v", 0, 8, "num_queues = 2\nworkers = 2"),
+    ));
+    let opts = Options {
+        num_queues: 2,
+        event_idx: true,
+        ..Options::default()
+    };
+    let mut f = RawFrontend::connect(&d.socket("v"), opts);
+    let mut statuses = [Vec::new(), Vec::new()];
+    for (q, status) in statuses.iter_mut().enumerate() {
+        for k in 0..4u64 {
+            let (chain, _) = f.rw_chain(T_IN, (q as u64 * 4 + k) * 8, 4096);
+            status.push(chain[2].addr);
+            f.submit(q, &chain);
+        }
+        f.kick(q);
+    }
+    assert!(
+        f.wait_consumed(1, 4),
+        "the second worker popped queue 1's chains"
+    );
+    assert!(
+        f.used_idx(1) < 4,
+        "some of queue 1's reads are still in flight"
+    );
+    // GET_VRING_BASE(1) goes to the worker serving queue 1, as its first vring.
+    assert_eq!(f.get_vring_base(1), 4);
+    assert_eq!(
+        f.used_idx(1),
+        4,
+        "queue 1's reads were answered before the reply"
+    );
+    assert_eq!(f.get_vring_base(0), 4);
+    assert_eq!(f.used_idx(0), 4, "queue 0's too");
+    for (q, status) in statuses.iter().enumerate() {
+        for (k, addr) in status.iter().enumerate() {
+            assert_eq!(f.read(*addr, 1), [S_OK as u8], "queue {q} read {k}");
+        }
+    }
+    // Both rings stopped: the connection gave the lease back, and a frontend on the
+    // hand-over socket is served on either queue without waiting.
+    let mut g = RawFrontend::connect(&(d.socket("v") + ".handover"), opts);
+    for q in 0..2 {
+        let (status, _) = g.read_sectors(q, 0, 4096);
+        assert_eq!(status, S_OK as u8, "queue {q} through the hand-over socket");
+    }
+    assert!(!d.log_text().contains("this one waits"), "{}", d.log_text());
 }

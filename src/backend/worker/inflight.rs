@@ -158,7 +158,7 @@ impl<A: Admission> Worker<A> {
     }
 
     /// `kind = "emulated"`: when the emulated disk completes this request, on
-    /// CLOCK_MONOTONIC. It sees the volume's requests in order, for its seq/rand pricing.
+    /// CLOCK_MONOTONIC. It sees this worker's requests in order, for its seq/rand pricing.
     fn emulated_deadline(&mut self, io: &IoRequest, host_offset: u64) -> Option<u64> {
         let emulated = self.volume.shared.emulated.as_ref()?;
         let input = CostInput {

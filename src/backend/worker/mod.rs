@@ -25,7 +25,7 @@ use vmm_sys_util::timerfd::TimerFd;
 
 use self::inflight::{InFlight, IovecPool};
 use super::admission::{Admission, Timing};
-use super::admit_queue::{AdmitQueue, Next, WaitDeadline};
+use super::admit_queue::{AdmitQueue, Next, Parked, WaitDeadline};
 use super::engine::Engine;
 use super::lease::ConnectionLease;
 use super::request::{ChainLayout, Request};
@@ -44,8 +44,18 @@ struct Popped {
     mem: Arc<Mem>,
 }
 
+/// Which guest queues a worker serves: the crate numbers a worker's vrings from 0, and
+/// its `i`-th is guest queue `first + i * stride`.
+#[derive(Clone, Copy, Debug)]
+pub struct QueueNumbers {
+    pub first: u16,
+    pub stride: u16,
+}
+
 pub struct Worker<A: Admission> {
     volume: Arc<Volume<A>>,
+    /// Queue numbers below are this worker's own (its vrings); logs give the guest's.
+    queues: QueueNumbers,
     engine: Engine,
     pub timer: TimerFd,
     timer_deadline: WaitDeadline,
@@ -97,6 +107,10 @@ pub struct Worker<A: Admission> {
     /// Chains popped plus completions reaped, ever: polling's measure of work found.
     progress: u64,
     poll: poll::PollWindow,
+    /// Queues popped from in the current poll phase, their notifications off.
+    polled_queues: u64,
+    /// Scratch: the requests one dispatch admitted, started once the turn is released.
+    admitted: Vec<Parked<Popped, A::Ticket>>,
 }
 
 impl<A: Admission> Worker<A> {
@@ -106,6 +120,7 @@ impl<A: Admission> Worker<A> {
         volume: Arc<Volume<A>>,
         wake_evt: Arc<EventFd>,
         lease: Arc<ConnectionLease>,
+        queues: QueueNumbers,
     ) -> io::Result<Self> {
         let depth = u32::from(volume.queue_size) * u32::from(volume.num_queues);
         // An emulated request takes two entries: the operation and its deadline.
@@ -120,6 +135,7 @@ impl<A: Admission> Worker<A> {
             .as_ref()
             .map(std::os::unix::io::AsRawFd::as_raw_fd);
         Ok(Worker {
+            queues,
             engine: Engine::new(entries, file)?,
             timer: TimerFd::new()?,
             timer_deadline: WaitDeadline::default(),
@@ -148,6 +164,8 @@ impl<A: Admission> Worker<A> {
             emulated_prev_end: None,
             progress: 0,
             poll: poll::PollWindow::new(volume.shared.poll_max_ns),
+            polled_queues: 0,
+            admitted: Vec::new(),
             volume,
         })
     }
@@ -160,6 +178,20 @@ impl<A: Admission> Worker<A> {
         if self.vrings.is_empty() {
             self.vrings = vrings.to_vec();
         }
+    }
+
+    /// The guest's number for this worker's queue `local`.
+    fn guest_queue(&self, local: u16) -> u16 {
+        self.queues.first + local * self.queues.stride
+    }
+
+    /// Serves what an event's handler left when it failed: completions reaped, the guest
+    /// notified. The null device's completions signal no eventfd, so nothing else would.
+    pub fn reap_leftovers(&mut self) -> io::Result<()> {
+        if self.engine.has_completions() {
+            self.pump()?;
+        }
+        Ok(())
     }
 
     /// Logs (rate-limited) an error met while handling an event.
@@ -269,25 +301,55 @@ impl<A: Admission> Worker<A> {
         if self.stopping != 0 {
             self.dispatch_stopping()?;
         }
-        if self.waiting_for_slot {
+        if self.waiting_for_slot || self.fifo.is_empty() {
             return Ok(());
         }
         let volume = self.volume.clone();
-        let _turn = volume.admission_turn();
-        let now = volume.admission.now_ns();
-        loop {
+        // Admitted under the volume's admission turn, started after it: another worker
+        // of the volume admits while this one builds and submits.
+        let mut admitted = std::mem::take(&mut self.admitted);
+        let (now, wait_until) = {
+            let _turn = volume.admission_turn();
+            let now = volume.admission.now_ns();
             let slots = &volume.shared.slots;
-            let take_slot = || slots.try_acquire() || slots.acquire_or_wait(&self.wake_evt);
-            match self.fifo.next(&volume.admission, now, take_slot) {
-                Next::Start(p) => self.start(p, now)?,
-                Next::WaitUntil(ns) => return self.arm_timer(ns, now),
-                Next::NoSlot => {
-                    self.waiting_for_slot = true;
-                    return Ok(());
+            let wake_evt = &self.wake_evt;
+            let wait_until = loop {
+                let take_slot = || slots.try_acquire() || slots.acquire_or_wait(wake_evt);
+                match self.fifo.next(&volume.admission, now, take_slot) {
+                    Next::Start(p) => admitted.push(p),
+                    Next::WaitUntil(ns) => break Some(ns),
+                    Next::NoSlot => {
+                        self.waiting_for_slot = true;
+                        break None;
+                    }
+                    Next::Empty => break None,
                 }
-                Next::Empty => return Ok(()),
+            };
+            (now, wait_until)
+        };
+        let started = self.start_all(&mut admitted, now);
+        self.admitted = admitted;
+        started?;
+        match wait_until {
+            Some(ns) => self.arm_timer(ns, now),
+            None => Ok(()),
+        }
+    }
+
+    /// Starts every request in `admitted` (emptied), even past a failure; returns the
+    /// first error.
+    fn start_all(
+        &mut self,
+        admitted: &mut Vec<Parked<Popped, A::Ticket>>,
+        now: u64,
+    ) -> io::Result<()> {
+        let mut result = Ok(());
+        for p in admitted.drain(..) {
+            if let Err(e) = self.start(p, now) {
+                result = result.and(Err(e));
             }
         }
+        result
     }
 
     /// Requests of stopping queues go to the device now, wherever they are in the FIFO
@@ -295,17 +357,19 @@ impl<A: Admission> Worker<A> {
     /// must not wait behind another queue's throttled requests.
     fn dispatch_stopping(&mut self) -> io::Result<()> {
         let volume = self.volume.clone();
-        let _turn = volume.admission_turn();
-        let now = volume.admission.now_ns();
         let stopping = self.stopping;
-        for p in self
-            .fifo
-            .take_where(&volume.admission, now, |r| stopping & (1 << r.queue) != 0)
-        {
+        let (now, mut taken) = {
+            let _turn = volume.admission_turn();
+            let now = volume.admission.now_ns();
+            let taken = self
+                .fifo
+                .take_where(&volume.admission, now, |r| stopping & (1 << r.queue) != 0);
+            (now, taken)
+        };
+        for _ in &taken {
             volume.shared.slots.force_acquire();
-            self.start(p, now)?;
         }
-        Ok(())
+        self.start_all(&mut taken, now)
     }
 
     fn arm_timer(&mut self, deadline_ns: u64, now: u64) -> io::Result<()> {

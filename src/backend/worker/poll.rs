@@ -1,7 +1,7 @@
 //! Adaptive polling (design §8.10): after handling an event the worker keeps looking at
 //! the rings it serves and at its completion queue for a short window before it goes
-//! back to epoll. Work found in the window costs no kick, no eventfd read and no
-//! wake-up of the worker thread.
+//! back to epoll. The rings keep their notifications off meanwhile, so requests found in
+//! the window cost the guest no kick and the worker no eventfd read and no wake-up.
 //!
 //! The window adapts the way QEMU's `poll-max-ns` does. The *block time* is how long the
 //! worker waited for its next work, whether it found it polling or was woken for it:
@@ -18,6 +18,8 @@
 
 use std::io;
 use std::sync::Arc;
+
+use vhost_user_backend::VringT;
 
 use super::{Mem, Vring, Worker};
 use crate::backend::admission::Admission;
@@ -79,23 +81,31 @@ impl PollWindow {
 }
 
 impl<A: Admission> Worker<A> {
-    /// An event is about to be handled: returns a clock reading for [`Worker::polled`]
-    /// when polling is configured.
+    /// An event is about to be handled: returns a clock reading for
+    /// [`Worker::poll_deadline_after_event`] when polling is configured.
     pub fn event_starts(&self) -> Option<u64> {
         (self.poll.max_ns > 0).then(monotonic_now_ns)
     }
 
-    /// The event that started at `started_ns` was handled: if it found work, the window
-    /// adapts to how long the worker waited for it. Returns the deadline to poll until,
-    /// if the window is open.
-    pub fn polled(&mut self, started_ns: u64, progress_before: u64) -> Option<u64> {
-        if self.progress != progress_before {
+    /// The event that started at `started_ns` was handled, and `progress_before` was
+    /// [`Worker::progress`] then. If it found work, the window adapts to how long the
+    /// worker waited for it, and this returns the deadline to poll until while the window
+    /// is open. A stale event (a kick or completion already served by polling) opens no
+    /// window, and nothing is polled while requests are parked: their timer and wake
+    /// events come through epoll.
+    pub fn poll_deadline_after_event(
+        &mut self,
+        started_ns: u64,
+        progress_before: u64,
+    ) -> Option<u64> {
+        let found_work = self.progress != progress_before;
+        if found_work {
             self.poll.work_at(started_ns);
         }
         let now = monotonic_now_ns();
         self.poll.waiting_from(now);
         let window = self.poll.window_ns();
-        (window > 0).then(|| now + window)
+        (found_work && window > 0 && self.may_poll()).then_some(now + window)
     }
 
     /// Work done so far (chains popped plus completions reaped): a handler that moved it
@@ -104,9 +114,14 @@ impl<A: Admission> Worker<A> {
         self.progress
     }
 
-    /// One look at the served rings and the completion queue, serving what is there.
+    fn may_poll(&self) -> bool {
+        self.fifo.is_empty() && !self.waiting_for_slot
+    }
+
+    /// One look at the served rings and the completion queue, serving what is there; the
+    /// rings it pops from keep their notifications off until [`Worker::end_polling`].
     /// Returns the deadline to keep polling until: a window from now when work was
-    /// found, `None` once `deadline_ns` has passed.
+    /// found, `None` once `deadline_ns` has passed or requests are parked.
     pub fn poll_once(
         &mut self,
         deadline_ns: u64,
@@ -120,14 +135,17 @@ impl<A: Admission> Worker<A> {
             while ready != 0 {
                 let q = ready.trailing_zeros() as u16;
                 ready &= ready - 1;
-                if let Some(vring) = vrings.get(usize::from(q)) {
-                    if Self::pending(vring, &mem) > 0 {
-                        self.on_kick(vrings, q, memory)?;
-                    }
+                let Some(vring) = vrings.get(usize::from(q)) else {
+                    continue;
+                };
+                if Self::pending(vring, &mem) > 0 {
+                    vring.disable_notification().map_err(io::Error::other)?;
+                    self.polled_queues |= 1 << q;
+                    self.pop_all(vring, q, &mem)?;
                 }
             }
         }
-        if self.engine.has_completions() {
+        if self.progress != before || self.engine.has_completions() {
             self.pump()?;
         }
         let now = monotonic_now_ns();
@@ -137,7 +155,27 @@ impl<A: Admission> Worker<A> {
             self.poll.waiting_from(now);
             next = now + self.poll.window_ns();
         }
-        Ok((now < deadline_ns && now < next).then_some(next))
+        Ok((now < deadline_ns && now < next && self.may_poll()).then_some(next))
+    }
+
+    /// The poll phase is over: the rings it popped from get their notifications back, and
+    /// what the guest published meanwhile is served as a kick would be.
+    pub fn end_polling(
+        &mut self,
+        vrings: &[Vring],
+        memory: &dyn Fn() -> Arc<Mem>,
+    ) -> io::Result<()> {
+        let mut polled = std::mem::take(&mut self.polled_queues);
+        while polled != 0 {
+            let q = polled.trailing_zeros() as u16;
+            polled &= polled - 1;
+            if let Some(vring) = vrings.get(usize::from(q)) {
+                if vring.enable_notification().map_err(io::Error::other)? {
+                    self.on_kick(vrings, q, memory)?;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
