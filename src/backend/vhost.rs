@@ -462,13 +462,19 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
         // lock taken for each look so that GET_VRING_BASE can drain between them; at most
         // MAX_POLL_PHASE_NS before the timer and wake events get their turn in epoll.
         let phase_end = super::engine::monotonic_now_ns() + MAX_POLL_PHASE_NS;
+        let mut found = true;
         while let Some(deadline) = polling {
-            std::hint::spin_loop();
+            if !found {
+                // Give the CPU to whatever else may run on it: the guest's vCPU or the
+                // frontend thread whose next request this waits for may share it.
+                std::thread::yield_now();
+            }
             let mut worker = self.worker(thread);
             let stop = self
                 .stops_waiting
                 .load(std::sync::atomic::Ordering::Acquire)
                 != 0;
+            let before = worker.progress();
             polling = match worker.poll_once(deadline, vrings, &memory) {
                 Ok(next) if !stop => next.map(|next| next.min(phase_end)),
                 Ok(_) => None,
@@ -477,6 +483,7 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
                     None
                 }
             };
+            found = worker.progress() != before;
             if polling.is_none() {
                 if let Err(e) = worker.end_polling(vrings, &memory) {
                     worker.report_error(device_event, &e);
