@@ -7,7 +7,8 @@
 #     on),
 #   - qemu-storage-daemon on the file (aio=io_uring, cache.direct=on) and on null-co;
 # the server's CPU time per request (utime + stime from /proc) on the null paths at a
-# fixed 40,000 requests a second; the daemon with its default adaptive polling and with
+# fixed 40,000 requests a second, server and client pinned to one CPU and to two; the
+# daemon with its default adaptive polling and with
 # `poll_max = "0us"`; and the scaling of a two-queue null volume served by one and by two
 # workers, from one client thread on one queue to two client threads on two queues.
 #
@@ -32,13 +33,14 @@ trap 'if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; fi; 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 # measure ROW QD SOCKET [BENCH_ARGS...]: one run; appends a JSON line with the row's
-# IOPS, p50, requests and the server's CPU time over the run.
+# IOPS, p50, requests and the server's CPU time over the run. $client_cpu pins the client.
 measure() {
     local row=$1 qd=$2 socket=$3
     shift 3
-    local before=0 after=0
+    local before=0 after=0 pin=()
+    if [ -n "${client_cpu:-}" ]; then pin=(taskset -c "$client_cpu"); fi
     if [ -n "$server_pid" ]; then before=$(cpu_ticks "$server_pid"); fi
-    "$bin" bench --json --runtime "${runtime}s" --ramp "${ramp:-1s}" "$@" \
+    "${pin[@]}" "$bin" bench --json --runtime "${runtime}s" --ramp "${ramp:-1s}" "$@" \
         --tenant "socket=$socket,rw=randread,bs=4k,iodepth=$qd${rate_opt:-}" 2>/dev/null >"$work/run.json"
     if [ -n "$server_pid" ]; then after=$(cpu_ticks "$server_pid"); fi
     python3 - "$row" "$qd" "$((after - before))" "$(getconf CLK_TCK)" "$work/run.json" \
@@ -85,6 +87,18 @@ stop_server() {
 
 both_depths() { for qd in 32 1; do measure "$1" "$qd" "${@:2}"; done; }
 
+# cpu_per_request ROW SOCKET: the server's CPU time per request at $rate requests/s, with
+# server and client on one CPU ("same CPU") and on two ("two CPUs"): a wake-up across
+# CPUs costs the woken thread several microseconds more on this VM, so unpinned runs
+# land in either mode.
+cpu_per_request() {
+    taskset -a -p -c 1 "$server_pid" >/dev/null
+    ramp=0s rate_opt=",rate_iops=$rate" client_cpu=1 measure "$1, CPU, same CPU" 32 "$2"
+    taskset -a -p -c 0 "$server_pid" >/dev/null
+    ramp=0s rate_opt=",rate_iops=$rate" client_cpu=1 measure "$1, CPU, two CPUs" 32 "$2"
+    taskset -a -p -c 0-1 "$server_pid" >/dev/null
+}
+
 echo "== 4 KiB randread, one queue, runtime ${runtime}s, ${rounds} rounds, $(nproc) cores, $(uname -r)"
 for round in $(seq "$rounds"); do
     server_pid=
@@ -101,12 +115,12 @@ poll_max = "100us"' false
     stop_server
     daemon 'kind = "null"' false
     both_depths "vhost-iocost, null" "$work/v.sock"
-    ramp=0s rate_opt=",rate_iops=$rate" measure "vhost-iocost, null, CPU" 32 "$work/v.sock"
+    cpu_per_request "vhost-iocost, null" "$work/v.sock"
     stop_server
     daemon 'kind = "null"
 poll_max = "0us"' false
     both_depths "vhost-iocost, null, no polling" "$work/v.sock"
-    ramp=0s rate_opt=",rate_iops=$rate" measure "vhost-iocost, null, no polling, CPU" 32 "$work/v.sock"
+    cpu_per_request "vhost-iocost, null, no polling" "$work/v.sock"
     stop_server
     daemon 'kind = "null"' true
     measure "vhost-iocost, null, QoS on" 32 "$work/v.sock"
@@ -124,11 +138,11 @@ workers = $workers"
     done
     qsd "driver=null-co,node-name=n0,size=1073741824"
     both_depths "qemu-storage-daemon, null-co" "$work/q.sock"
-    ramp=0s rate_opt=",rate_iops=$rate" measure "qemu-storage-daemon, null-co, CPU" 32 "$work/q.sock"
+    cpu_per_request "qemu-storage-daemon, null-co" "$work/q.sock"
     stop_server
     qsd "driver=null-co,node-name=n0,size=1073741824" iothread
     both_depths "qemu-storage-daemon, null-co, iothread" "$work/q.sock"
-    ramp=0s rate_opt=",rate_iops=$rate" measure "qemu-storage-daemon, null-co, iothread, CPU" 32 "$work/q.sock"
+    cpu_per_request "qemu-storage-daemon, null-co, iothread" "$work/q.sock"
     stop_server
 done
 
@@ -157,11 +171,14 @@ print(f"\nnull path QD32, vhost-iocost / qemu-storage-daemon null-co: {d32 / q32
 print(f"null path QD32, QoS on / off: {on / d32:.2f}  (target >= 0.97)")
 print(f"file path QD1 p50 with poll_max = 100us: "
       f"{best('vhost-iocost, file, poll_max 100us', 1, 'p50', min) - fio1:+.1f} us from fio")
-for row in ["vhost-iocost, null, CPU", "vhost-iocost, null, no polling, CPU",
-            "qemu-storage-daemon, null-co, CPU", "qemu-storage-daemon, null-co, iothread, CPU"]:
-    per = [r["cpu_s"] / r["ios"] * 1e6 for r in rows if r["row"] == row and r["ios"]]
-    print(f"server CPU per request at {rate}/s, {row[:-5]}: "
-          + ", ".join(f"{x:.2f} us" for x in per) + f"  (best {min(per):.2f} us)")
+print(f"\nserver CPU per request at {rate} requests/s (best round; all rounds):")
+for row in ["vhost-iocost, null", "vhost-iocost, null, no polling",
+            "qemu-storage-daemon, null-co", "qemu-storage-daemon, null-co, iothread"]:
+    for placement in ["same CPU", "two CPUs"]:
+        per = [r["cpu_s"] / r["ios"] * 1e6 for r in rows
+               if r["row"] == f"{row}, CPU, {placement}" and r["ios"]]
+        print(f"  {row}, {placement}: {min(per):.2f} us ("
+              + ", ".join(f"{x:.2f}" for x in per) + ")")
 print("\ntwo-queue null volume, QD16 per client thread (IOPS, best round):")
 for workers in (1, 2):
     one = best(f"workers {workers}, 1 client thread", 16, "iops", max)
