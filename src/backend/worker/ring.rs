@@ -20,6 +20,11 @@ use crate::backend::volume::VolumeCounters;
 /// queue is declared broken (a legitimate race resolves in one or two).
 const MAX_IDLE_PASSES: u32 = 64;
 
+/// Chains into a batch before its completions go back to the guest early: a guest that
+/// shares the worker's CPU cannot use them before the worker sleeps, and one that does not
+/// gains little from fewer (BENCHMARKS.md, data path).
+const EARLY_NOTIFY_FROM: usize = 8;
+
 impl<A: Admission> Worker<A> {
     /// A kick (or a ring becoming ready) on queue `queue`. `memory` gives the current guest
     /// memory map: it is read again on every pass, because requests found after
@@ -130,14 +135,17 @@ impl<A: Admission> Worker<A> {
             // ones while the rest are parsed instead of idling until the whole batch has
             // been handled; the extra syscalls grow only with the log of the batch.
             // (QD32 on the benchmark VM: 0.83-0.86 of fio's IOPS without, 0.91-0.93 with.)
-            // While more of the batch waits to be parsed, what has completed by then goes
-            // back to the guest, so that it refills its queue meanwhile (design §8.10).
-            // The end of a batch notifies anyway: a guest that re-arms at every used
-            // entry would be woken twice.
+            // From the 8th chain on, while more of the batch waits to be parsed, what has
+            // completed by then goes back to the guest, so that it refills its queue
+            // meanwhile (design §8.10). Earlier, or at the end of a batch, a notification
+            // would wake a guest that re-arms at every used entry for next to nothing.
             if popped.is_power_of_two() {
                 self.dispatch()?;
                 self.engine.submit()?;
-                if Self::pending(vring, mem) > 0 && self.complete_ready()? > 0 {
+                if popped >= EARLY_NOTIFY_FROM
+                    && Self::pending(vring, mem) > 0
+                    && self.complete_ready()? > 0
+                {
                     self.notify_guest();
                 }
                 now = None;
