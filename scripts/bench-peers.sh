@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The data path against the peers a user would pick instead, side by side in one run
-# (issue #16): 4 KiB random reads through one vhost-user queue (`vhost-iocost bench`, the
-# blkio client) at QD32 and QD1, on
+# (issue #16): 4 KiB random reads (`vhost-iocost bench`, the blkio client) through one
+# vhost-user queue at QD32 and QD1, on
 #   - fio with io_uring and O_DIRECT directly on the same file (the reference),
 #   - this daemon on the file and on `kind = "null"` (QoS off, and the null path with QoS
 #     on),
@@ -41,7 +41,7 @@ measure() {
     if [ -n "${client_cpu:-}" ]; then pin=(taskset -c "$client_cpu"); fi
     if [ -n "$server_pid" ]; then before=$(cpu_ticks "$server_pid"); fi
     "${pin[@]}" "$bin" bench --json --runtime "${runtime}s" --ramp "${ramp:-1s}" "$@" \
-        --tenant "socket=$socket,rw=randread,bs=4k,iodepth=$qd${rate_opt:-}" 2>/dev/null >"$work/run.json"
+        --tenant "socket=$socket,rw=randread,bs=4k,iodepth=$qd${tenant_opt:-}" 2>/dev/null >"$work/run.json"
     if [ -n "$server_pid" ]; then after=$(cpu_ticks "$server_pid"); fi
     python3 - "$row" "$qd" "$((after - before))" "$(getconf CLK_TCK)" "$work/run.json" \
         >>"$work/results.jsonl" <<'PY'
@@ -93,9 +93,9 @@ both_depths() { for qd in 32 1; do measure "$1" "$qd" "${@:2}"; done; }
 # land in either mode.
 cpu_per_request() {
     taskset -a -p -c 1 "$server_pid" >/dev/null
-    ramp=0s rate_opt=",rate_iops=$rate" client_cpu=1 measure "$1, CPU, same CPU" 32 "$2"
+    ramp=0s tenant_opt=",rate_iops=$rate" client_cpu=1 measure "$1, CPU, same CPU" 32 "$2"
     taskset -a -p -c 0 "$server_pid" >/dev/null
-    ramp=0s rate_opt=",rate_iops=$rate" client_cpu=1 measure "$1, CPU, two CPUs" 32 "$2"
+    ramp=0s tenant_opt=",rate_iops=$rate" client_cpu=1 measure "$1, CPU, two CPUs" 32 "$2"
     taskset -a -p -c 0-1 "$server_pid" >/dev/null
 }
 
@@ -133,7 +133,7 @@ poll_max = "0us"' false
         daemon 'kind = "null"' false "num_queues = 2
 workers = $workers"
         measure "workers $workers, 1 client thread" 16 "$work/v.sock"
-        rate_opt=",queues=2,queue_threads=true" measure "workers $workers, 2 client threads" 32 "$work/v.sock"
+        tenant_opt=",queues=2,queue_threads=true" measure "workers $workers, 2 client threads" 32 "$work/v.sock"
         stop_server
     done
     qsd "driver=null-co,node-name=n0,size=1073741824"

@@ -446,7 +446,7 @@ impl<A: Admission> Acceptable for PortOf<A> {
     }
 }
 
-/// Ends a connection's vring worker thread when dropped.
+/// Ends a connection's vring worker threads when dropped.
 struct EndsWorker<A: Admission>(Arc<VolumeBackend<A>>);
 
 impl<A: Admission> Drop for EndsWorker<A> {

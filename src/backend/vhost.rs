@@ -2,7 +2,8 @@
 //!
 //! Implemented directly (not the `Mut` variant behind a backend-wide lock): each worker's
 //! state sits in its own mutex, taken by its worker thread for each event and by the
-//! frontend-handler thread only to drain a queue on GET_VRING_BASE. Worker `t` of a
+//! frontend-handler thread to drain queues (GET_VRING_BASE, RESET_DEVICE, shutdown) and
+//! to switch migration logging. Worker `t` of a
 //! volume with `workers = n` serves queues `t`, `t + n`, `t + 2n`...; a volume has one
 //! worker unless configured otherwise.
 
@@ -28,7 +29,7 @@ pub struct Tokens {
     pub completion: u16,
     pub timer: u16,
     pub wake: u16,
-    /// The connection is over: the vring worker thread ends.
+    /// The connection is over: the vring worker threads end.
     pub exit: u16,
 }
 
@@ -66,7 +67,7 @@ pub struct VolumeBackend<A: Admission> {
     guarded: Mutex<super::sigbus::Registration>,
     /// [`super::sigbus::Registration::faults`] when this volume last looked.
     seen_faults: std::sync::atomic::AtomicUsize,
-    /// Written once the connection is over: the vring worker thread ends (see
+    /// Written once the connection is over: the vring worker threads end (see
     /// `exit_event`). Nothing else reads it, and it closes with the backend.
     pub exit_evt: vmm_sys_util::eventfd::EventFd,
     /// The channel to the frontend (SET_BACKEND_REQ_FD), if it set one up.
@@ -141,8 +142,8 @@ impl<A: Admission> VolumeBackend<A> {
         spawned.is_ok()
     }
 
-    /// Ends the connection's vring worker thread (through `exit_evt`, registered as
-    /// `tokens.exit`): call before the daemon is dropped, which joins the thread.
+    /// Ends the connection's vring worker threads (through `exit_evt`, registered as
+    /// `tokens.exit`): call before the daemon is dropped, which joins the threads.
     pub fn end_worker_thread(&self) {
         let _ = self.exit_evt.write(1);
     }
@@ -381,7 +382,7 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
     }
 
     /// None: vhost-user-backend 0.24 registers an exit event's consumer as a raw fd and
-    /// never closes it, one descriptor lost per connection. The vring worker thread ends
+    /// never closes it, one descriptor lost per connection. The vring worker threads end
     /// through the backend's own `exit_evt` instead ([`VolumeBackend::end_worker_thread`]).
     fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
         None
@@ -475,17 +476,25 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
                 .load(std::sync::atomic::Ordering::Acquire)
                 != 0;
             let before = worker.progress();
-            polling = match worker.poll_once(deadline, vrings, &memory) {
-                Ok(next) if !stop => next.map(|next| next.min(phase_end)),
-                Ok(_) => None,
-                Err(e) => {
-                    worker.report_error(device_event, &e);
-                    None
+            polling = if stop {
+                // A stop waits for this lock: no more looks, so it has less to drain.
+                None
+            } else {
+                match worker.poll_once(deadline, vrings, &memory) {
+                    Ok(next) => next.map(|next| next.min(phase_end)),
+                    Err(e) => {
+                        worker.report_error(device_event, &e);
+                        None
+                    }
                 }
             };
             found = worker.progress() != before;
             if polling.is_none() {
                 if let Err(e) = worker.end_polling(vrings, &memory) {
+                    worker.report_error(device_event, &e);
+                }
+                // As after a failed handler: nothing completed at once is left behind.
+                if let Err(e) = worker.reap_leftovers() {
                     worker.report_error(device_event, &e);
                 }
             }

@@ -90,7 +90,7 @@ pub struct Volume<A: Admission> {
     pub workers: u16,
     /// Taken by a worker around its calls into admission control: the QoS core admits
     /// one volume's requests from one thread at a time (design §8.11).
-    pub admission_turn: std::sync::Mutex<()>,
+    admission_turn: std::sync::Mutex<()>,
 }
 
 impl<A: Admission> Volume<A> {

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 pub const ROOT_GROUP: &str = "root";
 /// virtio-blk GET_ID returns at most this many bytes.
 pub const SERIAL_MAX_BYTES: usize = 20;
-/// One worker thread serves all queues of a volume through a 64-bit queue mask.
+/// Queues are handed to worker threads as 64-bit masks.
 pub const MAX_QUEUES: u16 = 64;
 /// The largest split virtqueue the virtio spec allows.
 pub const MAX_QUEUE_SIZE: u16 = 32_768;
@@ -228,9 +228,9 @@ fn default_true() -> bool {
 fn default_queue_depth() -> u32 {
     256
 }
-/// QEMU's default for an iothread's `poll-max-ns`: long enough to catch a guest's next
-/// request at queue depth 1 (its own turnaround), which saves a wake-up worth tens of
-/// microseconds of latency on a VM host (BENCHMARKS.md, data path).
+/// QEMU's default for an iothread's `poll-max-ns`: long enough to catch the next requests
+/// of a guest that refills its queue as completions come back, sparing the worker's
+/// wake-ups (BENCHMARKS.md, data path).
 fn default_poll_max() -> crate::duration::DurationUs {
     crate::duration::DurationUs(POLL_MAX_DEFAULT_US)
 }

@@ -61,7 +61,7 @@ unsafe impl Send for IovecPool {}
 
 impl<A: Admission> Worker<A> {
     /// Builds the device operation for an admitted request and queues it on the ring.
-    pub(super) fn start(&mut self, p: Parked<Popped, A::Ticket>, now: u64) -> io::Result<()> {
+    pub(super) fn start(&mut self, p: Parked<Popped, A::Ticket>, now: u64) {
         let vol = &self.volume;
         let disk = &vol.disk;
         let host_offset = vol.host_offset + p.req.request.offset;
@@ -98,11 +98,11 @@ impl<A: Admission> Worker<A> {
                         record,
                         "offset or length not aligned to the host block size",
                     );
-                    return Ok(());
+                    return;
                 }
                 if let Err(why) = self.map_iovecs(&mut record, &p.req.request.data, is_read) {
                     self.fail_unstarted(record, &why);
-                    return Ok(());
+                    return;
                 }
                 let block = if disk.direct { disk.block_size } else { 1 };
                 if let Some(keep) = fault.and_then(|f| f.short_len(p.req.request.len, block)) {
@@ -154,7 +154,6 @@ impl<A: Admission> Worker<A> {
             deadline = Some(deadline.map_or(held, |d| d.max(held)));
         }
         self.submit_op(record, op, deadline);
-        Ok(())
     }
 
     /// `kind = "emulated"`: when the emulated disk completes this request, on

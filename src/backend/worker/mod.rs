@@ -2,7 +2,7 @@
 //!
 //! A worker thread serves its share of the volume's queues (all of them unless the
 //! volume has several `workers`; design §8.11). On a kick it pops descriptor
-//! chains, parses and validates them, and appends them to the volume's FIFO
+//! chains, parses and validates them, and appends them to the worker's FIFO
 //! ([`ring`]). `dispatch` then lets the FIFO head go when admission control (QoS) admits
 //! it and a device slot is free ([`super::admit_queue`]), and hands it to io_uring
 //! ([`inflight`]). Completions write the status byte, return the chain to the used ring,
@@ -122,7 +122,10 @@ impl<A: Admission> Worker<A> {
         lease: Arc<ConnectionLease>,
         queues: QueueNumbers,
     ) -> io::Result<Self> {
-        let depth = u32::from(volume.queue_size) * u32::from(volume.num_queues);
+        // The queues this worker serves: first, first + stride, ... below num_queues.
+        let served =
+            (volume.num_queues.saturating_sub(queues.first)).div_ceil(queues.stride.max(1));
+        let depth = u32::from(volume.queue_size) * u32::from(served.max(1));
         // An emulated request takes two entries: the operation and its deadline.
         let entries = if volume.shared.emulated.is_some() {
             depth * 2
@@ -195,9 +198,15 @@ impl<A: Admission> Worker<A> {
     }
 
     /// Logs (rate-limited) an error met while handling an event.
+    /// `event` is a vring of this worker (given by its guest queue number) or a token.
     pub fn report_error(&mut self, event: u16, e: &io::Error) {
         if let Some(suppressed) = self.warn.check() {
-            tracing::error!(volume = %self.volume.name, event, suppressed, "event handling failed: {e}");
+            if usize::from(event) < self.vrings.len() {
+                let queue = self.guest_queue(event);
+                tracing::error!(volume = %self.volume.name, queue, suppressed, "handling the queue's kick failed: {e}");
+            } else {
+                tracing::error!(volume = %self.volume.name, event, suppressed, "event handling failed: {e}");
+            }
         }
     }
 
@@ -263,6 +272,7 @@ impl<A: Admission> Worker<A> {
     /// take the rings.
     pub fn stopped(&mut self, mask: u64) {
         self.deferred &= !mask;
+        self.polled_queues &= !mask;
         self.waited_for_rings &= self.deferred != 0;
         if self.serving != 0 {
             self.serving &= !mask;
@@ -299,7 +309,7 @@ impl<A: Admission> Worker<A> {
     /// Lets FIFO requests go in order while QoS admits them and device slots are free.
     fn dispatch(&mut self) -> io::Result<()> {
         if self.stopping != 0 {
-            self.dispatch_stopping()?;
+            self.dispatch_stopping();
         }
         if self.waiting_for_slot || self.fifo.is_empty() {
             return Ok(());
@@ -327,38 +337,26 @@ impl<A: Admission> Worker<A> {
             };
             (now, wait_until)
         };
-        let started = self.start_all(&mut admitted, now);
+        for p in admitted.drain(..) {
+            self.start(p, now);
+        }
         self.admitted = admitted;
-        started?;
         match wait_until {
             Some(ns) => self.arm_timer(ns, now),
             None => Ok(()),
         }
     }
 
-    /// Starts every request in `admitted` (emptied), even past a failure; returns the
-    /// first error.
-    fn start_all(
-        &mut self,
-        admitted: &mut Vec<Parked<Popped, A::Ticket>>,
-        now: u64,
-    ) -> io::Result<()> {
-        let mut result = Ok(());
-        for p in admitted.drain(..) {
-            if let Err(e) = self.start(p, now) {
-                result = result.and(Err(e));
-            }
-        }
-        result
-    }
-
     /// Requests of stopping queues go to the device now, wherever they are in the FIFO
     /// and without waiting for QoS budget or a device slot: GET_VRING_BASE and shutdown
     /// must not wait behind another queue's throttled requests.
-    fn dispatch_stopping(&mut self) -> io::Result<()> {
+    fn dispatch_stopping(&mut self) {
+        if self.fifo.is_empty() {
+            return;
+        }
         let volume = self.volume.clone();
         let stopping = self.stopping;
-        let (now, mut taken) = {
+        let (now, taken) = {
             let _turn = volume.admission_turn();
             let now = volume.admission.now_ns();
             let taken = self
@@ -366,10 +364,10 @@ impl<A: Admission> Worker<A> {
                 .take_where(&volume.admission, now, |r| stopping & (1 << r.queue) != 0);
             (now, taken)
         };
-        for _ in &taken {
+        for p in taken {
             volume.shared.slots.force_acquire();
+            self.start(p, now);
         }
-        self.start_all(&mut taken, now)
     }
 
     fn arm_timer(&mut self, deadline_ns: u64, now: u64) -> io::Result<()> {

@@ -129,6 +129,7 @@ impl<A: Admission> Worker<A> {
         memory: &dyn Fn() -> Arc<Mem>,
     ) -> io::Result<Option<u64>> {
         let before = self.progress;
+        let looked_at = monotonic_now_ns();
         let mut ready = self.serving & !(self.stopping | self.broken);
         if ready != 0 {
             let mem = memory();
@@ -138,7 +139,7 @@ impl<A: Admission> Worker<A> {
                 let Some(vring) = vrings.get(usize::from(q)) else {
                     continue;
                 };
-                if Self::pending(vring, &mem) > 0 {
+                if Self::ring_ready(vring) && Self::pending(vring, &mem) > 0 {
                     vring.disable_notification().map_err(io::Error::other)?;
                     self.polled_queues |= 1 << q;
                     self.pop_all(vring, q, &mem)?;
@@ -151,31 +152,42 @@ impl<A: Admission> Worker<A> {
         let now = monotonic_now_ns();
         let mut next = deadline_ns;
         if self.progress != before {
-            self.poll.work_at(now);
+            // The wait ended when this look began; serving what it found is not waiting.
+            self.poll.work_at(looked_at);
             self.poll.waiting_from(now);
             next = now + self.poll.window_ns();
         }
-        Ok((now < deadline_ns && now < next && self.may_poll()).then_some(next))
+        Ok((now < next && self.may_poll()).then_some(next))
     }
 
     /// The poll phase is over: the rings it popped from get their notifications back, and
-    /// what the guest published meanwhile is served as a kick would be.
+    /// what the guest published meanwhile is served as a kick would be. A ring stopped
+    /// meanwhile is left alone: its state is the frontend's (or the volume's other
+    /// connection's) now. Every ring is handled even past an error; the first is returned.
     pub fn end_polling(
         &mut self,
         vrings: &[Vring],
         memory: &dyn Fn() -> Arc<Mem>,
     ) -> io::Result<()> {
-        let mut polled = std::mem::take(&mut self.polled_queues);
+        let mut polled =
+            std::mem::take(&mut self.polled_queues) & self.serving & !(self.stopping | self.broken);
+        let mut result = Ok(());
         while polled != 0 {
             let q = polled.trailing_zeros() as u16;
             polled &= polled - 1;
-            if let Some(vring) = vrings.get(usize::from(q)) {
-                if vring.enable_notification().map_err(io::Error::other)? {
-                    self.on_kick(vrings, q, memory)?;
-                }
+            let Some(vring) = vrings.get(usize::from(q)) else {
+                continue;
+            };
+            let served = match vring.enable_notification() {
+                Ok(true) => self.on_kick(vrings, q, memory),
+                Ok(false) => Ok(()),
+                Err(e) => Err(io::Error::other(e)),
+            };
+            if let Err(e) = served {
+                result = result.and(Err(e));
             }
         }
-        Ok(())
+        result
     }
 }
 

@@ -38,10 +38,7 @@ impl<A: Admission> Worker<A> {
         self.remember_vrings(vrings);
         let bit = 1u64 << queue;
         let vring = &vrings[queue as usize];
-        let ready = {
-            let state = vring.get_ref();
-            state.is_enabled() && state.get_queue().ready()
-        };
+        let ready = Self::ring_ready(vring);
         // A stale event for a stopped or disabled ring must not touch it.
         if ready && (self.stopping | self.broken) & bit == 0 && self.may_serve(bit) {
             let mut idle_passes = 0;
@@ -153,6 +150,13 @@ impl<A: Admission> Worker<A> {
         }
     }
 
+    /// Whether the frontend has the ring enabled and ready (a stale event for a stopped or
+    /// disabled ring must not touch it).
+    pub(super) fn ring_ready(vring: &Vring) -> bool {
+        let state = vring.get_ref();
+        state.is_enabled() && state.get_queue().ready()
+    }
+
     /// How many chains the guest published that we have not popped (as its avail index
     /// says; more than the ring size means the index is invalid).
     pub(super) fn pending(vring: &Vring, mem: &Mem) -> u32 {
@@ -163,7 +167,7 @@ impl<A: Admission> Worker<A> {
             .unwrap_or(0)
     }
 
-    /// Answers GET_ID at once; queues everything else in the volume FIFO.
+    /// Answers GET_ID at once; queues everything else in the worker's FIFO.
     fn accept(&mut self, queue: u16, head: u16, req: Request, mem: &Arc<Mem>, now: u64) {
         let kind = match req.kind {
             RequestKind::GetId => {
