@@ -11,7 +11,7 @@ use super::admission::Admission;
 use super::blk_config::{self, BlkConfig};
 use super::lease::ConnectionLease;
 use super::volume::Volume;
-use super::worker::{Mem, Vring, Worker};
+use super::worker::{Mem, QueueNumbers, Vring, Worker};
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
@@ -87,14 +87,10 @@ impl<A: Admission> VolumeBackend<A> {
             .collect::<io::Result<Vec<_>>>()?;
         let lease = Arc::new(ConnectionLease::join(volume.lease.clone(), &wakes));
         let n = wakes.len() as u16;
-        let workers = (0..n)
-            .map(|t| {
-                let wake = wakes[usize::from(t)].clone();
-                let queues = super::worker::QueueNumbers {
-                    first: t,
-                    stride: n,
-                };
-                Worker::new(volume.clone(), wake, lease.clone(), queues).map(Mutex::new)
+        let workers = round_robin(n)
+            .zip(&wakes)
+            .map(|(queues, wake)| {
+                Worker::new(volume.clone(), wake.clone(), lease.clone(), queues).map(Mutex::new)
             })
             .collect::<io::Result<Vec<_>>>()?;
         let masks = round_robin_masks(volume.num_queues, n);
@@ -273,15 +269,14 @@ fn local_mask(served: u64, mask: u64) -> u64 {
 }
 
 /// Worker `t` of `workers` serves guest queues `t`, `t + workers`, `t + 2 workers`...
+fn round_robin(workers: u16) -> impl Iterator<Item = QueueNumbers> {
+    let stride = workers.max(1);
+    (0..stride).map(move |first| QueueNumbers { first, stride })
+}
+
+/// The guest queues of each worker, a bit per queue.
 fn round_robin_masks(num_queues: u16, workers: u16) -> Vec<u64> {
-    let (num_queues, workers) = (u32::from(num_queues).min(64), u32::from(workers.max(1)));
-    (0..workers)
-        .map(|t| {
-            (0..num_queues)
-                .filter(|q| q % workers == t)
-                .fold(0, |mask, q| mask | 1 << q)
-        })
-        .collect()
+    round_robin(workers).map(|q| q.mask(num_queues)).collect()
 }
 
 impl<A: Admission> VhostUserBackend for VolumeBackend<A> {

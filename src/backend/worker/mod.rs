@@ -52,6 +52,15 @@ pub struct QueueNumbers {
     pub stride: u16,
 }
 
+impl QueueNumbers {
+    /// This worker's guest queues among the first `num_queues`, a bit per queue.
+    pub fn mask(self, num_queues: u16) -> u64 {
+        (self.first..num_queues.min(64))
+            .step_by(usize::from(self.stride.max(1)))
+            .fold(0, |mask, q| mask | 1 << q)
+    }
+}
+
 pub struct Worker<A: Admission> {
     volume: Arc<Volume<A>>,
     /// Queue numbers below are this worker's own (its vrings); logs give the guest's.
@@ -122,10 +131,8 @@ impl<A: Admission> Worker<A> {
         lease: Arc<ConnectionLease>,
         queues: QueueNumbers,
     ) -> io::Result<Self> {
-        // The queues this worker serves: first, first + stride, ... below num_queues.
-        let served =
-            (volume.num_queues.saturating_sub(queues.first)).div_ceil(queues.stride.max(1));
-        let depth = u32::from(volume.queue_size) * u32::from(served.max(1));
+        let served = queues.mask(volume.num_queues).count_ones().max(1);
+        let depth = u32::from(volume.queue_size) * served;
         // An emulated request takes two entries: the operation and its deadline.
         let entries = if volume.shared.emulated.is_some() {
             depth * 2
