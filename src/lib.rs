@@ -35,6 +35,8 @@
 //! - [`sd_notify`]: systemd's readiness notification for `Type=notify` units.
 //! - [`socket_path`]: claiming a Unix socket path without removing anything but a stale
 //!   socket.
+//! - [`stage_trace`]: stage timestamps for the breakdown of a request's time (off unless
+//!   `VHOST_IOCOST_STAGE_TRACE` is set).
 
 pub mod backend;
 pub(crate) mod calibration;
@@ -56,6 +58,7 @@ pub mod sd_notify;
 pub mod sim;
 pub mod size;
 pub(crate) mod socket_path;
+pub mod stage_trace;
 pub mod tune;
 pub mod volume_set;
 pub(crate) mod vtime;

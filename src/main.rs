@@ -138,6 +138,9 @@ fn run(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(c) = control {
         c.stop();
     }
+    if let Some(path) = vhost_iocost::stage_trace::write("daemon")? {
+        tracing::info!(path = %path.display(), "stage trace written");
+    }
     tracing::info!("stopped");
     Ok(())
 }

@@ -16,6 +16,8 @@ use std::io;
 use std::os::unix::io::{AsRawFd, RawFd};
 use vmm_sys_util::eventfd::EventFd;
 
+use crate::stage_trace::{self, Stage};
+
 /// One operation on the host disk. Offsets are absolute byte offsets on the host disk.
 #[derive(Clone, Copy, Debug)]
 pub enum DeviceOp {
@@ -189,8 +191,10 @@ impl Engine {
             return Ok(());
         }
         loop {
+            stage_trace::mark(Stage::SubmitStart);
             match self.ring.submit() {
-                Ok(_) => {
+                Ok(n) => {
+                    stage_trace::mark_n(Stage::SubmitEnd, n as u32);
                     self.unsubmitted = 0;
                     return Ok(());
                 }

@@ -96,7 +96,9 @@ pub fn run(args: &BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
                     total.unwrap_or_default()
                 );
             }
-            run_with(&specs, args.progress)?
+            let results = run_with(&specs, args.progress)?;
+            crate::stage_trace::write("client")?;
+            results
         }
     };
     if let Some(prefix) = &args.plot {

@@ -5,6 +5,7 @@ use super::progress::{self, Live, ProgressMode};
 use super::spec::{Pattern, TenantSpec};
 use super::verify::Verifier;
 use crate::rng::Rng;
+use crate::stage_trace::{self, Stage};
 use blkio::{Blkio, Blkioq, Completion, MemoryRegion, ReqFlags};
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -498,7 +499,9 @@ fn drive(
             timeout = timeout.min(next_issue.saturating_duration_since(Instant::now()));
         }
         done.clear();
+        stage_trace::mark(Stage::ClientWaits);
         collect(queues, &queue_in_flight, &mut comps, timeout, &mut done).map_err(what)?;
+        stage_trace::mark(Stage::ClientWoke);
         let done_at = Instant::now();
         let mut ok = 0;
         for &(slot, ret) in &done {

@@ -131,6 +131,77 @@ fn bench_job_file_json_progress_and_pictures() {
     check_pictures(&prefix, &["light", "heavy"]);
 }
 
+/// `VHOST_IOCOST_STAGE_TRACE` as scripts/bench-stages.sh uses it: the daemon and the
+/// client each write their stage events, on one clock, and the breakdown script cuts them
+/// into round trips.
+#[test]
+fn stage_trace_of_daemon_and_client_accounts_for_every_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("trace");
+    let prefix_env = prefix.to_str().unwrap().to_owned();
+    let env = [("VHOST_IOCOST_STAGE_TRACE", prefix_env.as_str())];
+    let d = DaemonProcess::start_with_env(
+        dir,
+        &config("[device.qos]\nenable = false", &volume("v", 0, 16, "")),
+        &env,
+    );
+    let socket = d.socket("v");
+    let out = Command::new(env!("CARGO_BIN_EXE_vhost-iocost"))
+        .args(["bench", "--json", "--runtime", "1s", "--ramp", "0s", "--tenant"])
+        .arg(format!("socket={socket},rw=randread,bs=4k,iodepth=4"))
+        .envs(env)
+        .output()
+        .expect("run vhost-iocost bench");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    let completed = json["results"][0]["completed"].as_u64().unwrap();
+    assert!(completed > 0, "{json}");
+    let (status, _dir) = d.stop();
+    assert!(status.success(), "daemon exit {status}");
+
+    let events = |role: &str| -> Vec<(char, u64, u64)> {
+        let path = format!("{prefix_env}.{role}");
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        text.lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split(' ').collect();
+                (f[0].chars().next().unwrap(), f[1].parse().unwrap(), f[2].parse().unwrap())
+            })
+            .collect()
+    };
+    let (daemon, client) = (events("daemon"), events("client"));
+    let count = |ev: &[(char, u64, u64)], c: char| ev.iter().filter(|e| e.0 == c).count();
+    let sum = |ev: &[(char, u64, u64)], c: char| -> u64 {
+        ev.iter().filter(|e| e.0 == c).map(|e| e.2).sum()
+    };
+    // The client waited as often as it woke, and every request it saw complete was
+    // submitted and reaped by the daemon (which drained the rest before exiting).
+    assert_eq!(count(&client, 'K'), count(&client, 'W'));
+    assert!(sum(&daemon, 's') >= completed, "{} submitted", sum(&daemon, 's'));
+    assert_eq!(sum(&daemon, 'R'), sum(&daemon, 's'), "every submitted operation reaped");
+    assert!(count(&daemon, 'P') > 0 && count(&daemon, 'N') > 0);
+    // One clock for both: the daemon popped nothing before the client's first kick.
+    let first = |ev: &[(char, u64, u64)], c: char| ev.iter().find(|e| e.0 == c).unwrap().1;
+    assert!(first(&client, 'K') <= first(&daemon, 'P'));
+
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/stage_breakdown.py");
+    let out = Command::new("python3")
+        .args([script, &prefix_env])
+        .output()
+        .expect("run python3 scripts/stage_breakdown.py");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let breakdown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let round_trips = breakdown["round_trips"].as_u64().unwrap();
+    assert!(
+        round_trips * 2 >= count(&client, 'W') as u64,
+        "{round_trips} round trips of {} client wake-ups",
+        count(&client, 'W')
+    );
+    let stages = breakdown["stages_us"].as_object().unwrap();
+    assert_eq!(stages.len(), 7, "{breakdown}");
+    assert!(stages.values().all(|v| v.as_f64().unwrap() >= 0.0), "{breakdown}");
+}
+
 #[test]
 fn bench_rejects_unknown_job_keys_naming_them() {
     let dir = tempfile::tempdir().unwrap();

@@ -27,9 +27,15 @@ impl DaemonProcess {
 
     /// Like `start`, reusing a directory (and so the backing file) from an earlier run.
     pub fn start_in(dir: tempfile::TempDir, config: &str) -> Self {
+        Self::start_with_env(dir, config, &[])
+    }
+
+    /// Like `start_in`, with extra environment variables for the daemon.
+    pub fn start_with_env(dir: tempfile::TempDir, config: &str, env: &[(&str, &str)]) -> Self {
         std::fs::write(dir.path().join("config.toml"), config).unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_vhost-iocost"))
             .args(["run", "--config", "config.toml"])
+            .envs(env.iter().copied())
             .current_dir(dir.path())
             // DAEMON_RUST_LOG=vhost_iocost=debug shows each planner period in the log.
             .env(

@@ -18,6 +18,7 @@ use crate::backend::request::{RequestKind, Segment};
 use crate::backend::volume::VolumeCounters;
 use crate::cost_model::CostInput;
 use crate::emulated::faults::{Fault, FaultError};
+use crate::stage_trace::{self, Stage};
 
 /// Linux caps one readv/writev at this many iovecs; larger requests are bounced.
 const IOV_MAX: usize = 1024;
@@ -289,6 +290,9 @@ impl<A: Admission> Worker<A> {
         self.engine.reap_into(&mut done);
         let n = done.len();
         self.progress += n as u64;
+        if n > 0 {
+            stage_trace::mark_n(Stage::Reaped, n as u32);
+        }
         // One clock read for the batch: they were all reaped now.
         let now = if n > 0 {
             self.volume.admission.now_ns()

@@ -15,6 +15,7 @@ use crate::backend::admission::{Admission, IoKind, IoRequest};
 use crate::backend::chain;
 use crate::backend::request::{self, ChainLayout, Request, RequestError, RequestKind};
 use crate::backend::volume::VolumeCounters;
+use crate::stage_trace::{self, Stage};
 
 /// Consecutive passes that pop nothing while the ring says more is available before the
 /// queue is declared broken (a legitimate race resolves in one or two).
@@ -113,6 +114,9 @@ impl<A: Admission> Worker<A> {
                 return Ok(popped);
             };
             popped += 1;
+            if popped == 1 {
+                stage_trace::mark(Stage::Popped);
+            }
             self.progress += 1;
             self.outstanding[queue as usize] += 1;
             let head = chain.head_index();
@@ -287,6 +291,7 @@ impl<A: Admission> Worker<A> {
             touched &= touched - 1;
             if let Some(vring) = self.vrings.get(q) {
                 if vring.needs_notification().unwrap_or(true) {
+                    stage_trace::mark(Stage::Notified);
                     let _ = vring.signal_used_queue();
                 }
             }

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Where a request's time goes on the file path (issue #16): the daemon (QoS off) and the
+# `vhost-iocost bench` client record their stage events (VHOST_IOCOST_STAGE_TRACE), and
+# scripts/stage_breakdown.py cuts each round trip into the client's wake-up, the client's
+# work, the kick, the daemon's parsing, its submit system calls, the device and the
+# daemon's completion. 4 KiB random reads through one queue at QD1 and QD32, beside fio
+# with io_uring and O_DIRECT on the same file in the same rounds.
+#
+# The machine is shared and noisy: each row runs once per round, and the table shows the
+# round with the highest IOPS of each.
+#   usage: scripts/bench-stages.sh [RUNTIME_SECONDS] [ROUNDS]   (needs fio)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runtime=${1:-4}
+rounds=${2:-2}
+source scripts/lib.sh
+
+fill_file "$work/disk.img" 1G
+
+# row NAME QD: appends the JSON line of one run to results.jsonl; $trace names the trace
+# of a daemon run (empty for fio).
+row() {
+    python3 - "$1" "$2" "$work/run.json" "${trace:-}" >>"$work/results.jsonl" <<'PY'
+import json, subprocess, sys
+name, qd, run, trace = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+r = json.load(open(run))["results"][0]
+out = {"row": name, "qd": qd, "iops": r["iops"], "p50": r["lat_p50_us"],
+       "cycle_us": qd / r["iops"] * 1e6}
+if trace:
+    out.update(json.loads(subprocess.check_output(
+        ["python3", "scripts/stage_breakdown.py", trace])))
+print(json.dumps(out))
+PY
+}
+
+# fio_row QD
+fio_row() {
+    "$bin" bench --json --runtime "${runtime}s" --ramp 1s --fio-file "$work/disk.img" \
+        --tenant "socket=fio,rw=randread,bs=4k,iodepth=$1" 2>/dev/null >"$work/run.json"
+    trace= row "fio" "$1"
+}
+
+# traced_row NAME QD DEVICE_LINES: one daemon run, traced from start to stop.
+traced_row() {
+    trace="$work/trace.$RANDOM"
+    export VHOST_IOCOST_STAGE_TRACE=$trace
+    start_daemon "[device]
+path = \"disk.img\"
+$3
+[device.qos]
+enable = false
+[[volume]]
+name = \"v\"
+socket = \"v.sock\"
+size = \"1GiB\""
+    "$bin" bench --json --runtime "${runtime}s" --ramp 0s \
+        --tenant "socket=$work/v.sock,rw=randread,bs=4k,iodepth=$2" 2>/dev/null >"$work/run.json"
+    stop_daemon
+    unset VHOST_IOCOST_STAGE_TRACE
+    row "$1" "$2"
+    rm -f "$trace".*
+}
+
+echo "== 4 KiB randread, one queue, runtime ${runtime}s, ${rounds} rounds, $(nproc) cores, $(uname -r)"
+for round in $(seq "$rounds"); do
+    for qd in 1 32; do
+        fio_row "$qd"
+        traced_row "vhost-iocost, QD$qd" "$qd" ""
+    done
+    traced_row "vhost-iocost, QD1, poll_max 64us" 1 'poll_max = "64us"'
+done
+
+python3 - "$work/results.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+def best(name, qd):
+    return max((r for r in rows if r["row"] == name and r["qd"] == qd), key=lambda r: r["iops"])
+cols = [("vhost-iocost, QD1", 1), ("vhost-iocost, QD1, poll_max 64us", 1), ("vhost-iocost, QD32", 32)]
+picked = [best(*c) for c in cols]
+fio = {qd: best("fio", qd) for qd in (1, 32)}
+print("| median per round trip, us | " + " | ".join(c[0].removeprefix("vhost-iocost, ") for c in cols) + " |")
+print("|---|" + "---|" * len(cols))
+for stage in picked[0]["stages_us"]:
+    print(f"| {stage} | " + " | ".join(f"{p['stages_us'][stage]:.1f}" for p in picked) + " |")
+print("| sum of the medians | " + " | ".join(f"{sum(p['stages_us'].values()):.1f}" for p in picked) + " |")
+print("| round trips traced | " + " | ".join(str(p["round_trips"]) for p in picked) + " |")
+print("| cycle (QD / IOPS) | " + " | ".join(f"{p['cycle_us']:.1f}" for p in picked) + " |")
+print("| fio's cycle, same rounds | " + " | ".join(f"{fio[c[1]]['cycle_us']:.1f}" for c in cols) + " |")
+print("| IOPS / fio's | " + " | ".join(f"{p['iops'] / fio[c[1]]['iops']:.2f}" for p, c in zip(picked, cols)) + " |")
+print("| p50 latency - fio's | " + " | ".join(f"{p['p50'] - fio[c[1]]['p50']:+.1f}" for p, c in zip(picked, cols)) + " |")
+PY

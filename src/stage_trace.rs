@@ -1,0 +1,134 @@
+//! Stage timestamps for the breakdown of where a request's time goes (BENCHMARKS.md,
+//! "Where a request's time goes"; `scripts/bench-stages.sh`).
+//!
+//! Off unless `VHOST_IOCOST_STAGE_TRACE` names a file prefix when the process starts.
+//! Then the daemon's data path and the `bench` client record each stage event with its
+//! CLOCK_MONOTONIC time, a clock both processes share, and each writes its events to
+//! `PREFIX.daemon` or `PREFIX.client` when it stops: one line per event, `LETTER NS N`.
+//! Off, a mark costs one load of an initialised `OnceLock`.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
+
+/// The environment variable naming the prefix of the trace files.
+pub const ENV: &str = "VHOST_IOCOST_STAGE_TRACE";
+/// Events kept per process; a run that makes more keeps its first ones.
+const MAX_EVENTS: usize = 2_000_000;
+
+/// A stage event. Each one is a line's letter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// The daemon popped the first chain of a pass over a ring.
+    Popped,
+    /// The daemon enters the kernel to submit operations.
+    SubmitStart,
+    /// The submission returned; N operations were submitted.
+    SubmitEnd,
+    /// The daemon reaped N completions.
+    Reaped,
+    /// The daemon signalled a guest's used-ring notification.
+    Notified,
+    /// The client submits what it queued and waits for completions.
+    ClientWaits,
+    /// The client's wait returned with completions.
+    ClientWoke,
+}
+
+impl Stage {
+    fn letter(self) -> char {
+        match self {
+            Stage::Popped => 'P',
+            Stage::SubmitStart => 'S',
+            Stage::SubmitEnd => 's',
+            Stage::Reaped => 'R',
+            Stage::Notified => 'N',
+            Stage::ClientWaits => 'K',
+            Stage::ClientWoke => 'W',
+        }
+    }
+}
+
+struct Recorder {
+    prefix: PathBuf,
+    events: Mutex<Vec<(Stage, u64, u32)>>,
+}
+
+fn recorder() -> Option<&'static Recorder> {
+    static RECORDER: OnceLock<Option<Recorder>> = OnceLock::new();
+    RECORDER
+        .get_or_init(|| {
+            std::env::var_os(ENV)
+                .filter(|v| !v.is_empty())
+                .map(|prefix| Recorder {
+                    prefix: PathBuf::from(prefix),
+                    events: Mutex::new(Vec::new()),
+                })
+        })
+        .as_ref()
+}
+
+/// Records `stage` now.
+pub fn mark(stage: Stage) {
+    mark_n(stage, 0);
+}
+
+/// Records `stage` now, with a count (operations submitted, completions reaped).
+pub fn mark_n(stage: Stage, n: u32) {
+    let Some(r) = recorder() else {
+        return;
+    };
+    let at = crate::backend::engine::monotonic_now_ns();
+    let mut events = r.events.lock().unwrap_or_else(|e| e.into_inner());
+    if events.len() < MAX_EVENTS {
+        events.push((stage, at, n));
+    }
+}
+
+/// Writes the events recorded so far to `PREFIX.ROLE` and forgets them; nothing when
+/// tracing is off. Returns the file written.
+pub fn write(role: &str) -> std::io::Result<Option<PathBuf>> {
+    let Some(r) = recorder() else {
+        return Ok(None);
+    };
+    let events = std::mem::take(&mut *r.events.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut path = r.prefix.clone().into_os_string();
+    path.push(format!(".{role}"));
+    let path = PathBuf::from(path);
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&path)?);
+    for (stage, at, n) in events {
+        writeln!(out, "{} {at} {n}", stage.letter())?;
+    }
+    out.flush()?;
+    Ok(Some(path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The recorder is read from the environment once per process, so the test binary
+    /// (which does not set it) must record nothing and write nothing.
+    #[test]
+    fn without_the_variable_nothing_is_recorded_or_written() {
+        assert!(std::env::var_os(ENV).is_none(), "the test run must not set {ENV}");
+        mark(Stage::Popped);
+        assert!(recorder().is_none());
+        assert_eq!(write("daemon").unwrap(), None);
+    }
+
+    #[test]
+    fn every_stage_has_its_own_letter() {
+        let all = [
+            Stage::Popped,
+            Stage::SubmitStart,
+            Stage::SubmitEnd,
+            Stage::Reaped,
+            Stage::Notified,
+            Stage::ClientWaits,
+            Stage::ClientWoke,
+        ];
+        let letters: std::collections::HashSet<char> = all.iter().map(|s| s.letter()).collect();
+        assert_eq!(letters.len(), all.len());
+    }
+}
