@@ -111,7 +111,10 @@ mod tests {
     /// (which does not set it) must record nothing and write nothing.
     #[test]
     fn without_the_variable_nothing_is_recorded_or_written() {
-        assert!(std::env::var_os(ENV).is_none(), "the test run must not set {ENV}");
+        assert!(
+            std::env::var_os(ENV).is_none(),
+            "the test run must not set {ENV}"
+        );
         mark(Stage::Popped);
         assert!(recorder().is_none());
         assert_eq!(write("daemon").unwrap(), None);

@@ -197,21 +197,23 @@ fn drive_per_queue(
     live_ios: &AtomicU64,
 ) -> Result<TenantResult, String> {
     let nq = conn.queues.len();
-    let share = TenantSpec {
-        iodepth: t.iodepth / nq,
-        queues: 1,
-        rate_iops: t.rate_iops.map(|r| (r / nq as u32).max(1)),
-        ..t.clone()
-    };
+    let shares: Vec<TenantSpec> = (0..nq)
+        .map(|lane| TenantSpec {
+            iodepth: t.iodepth / nq,
+            queues: 1,
+            rate_iops: t.rate_iops.map(|r| lane_rate(r, nq, lane)),
+            ..t.clone()
+        })
+        .collect();
     let (base, blocks) = (conn.region.addr, conn.blocks);
-    let slot_bytes = share.iodepth * share.bs as usize;
+    let slot_bytes = (t.iodepth / nq) * t.bs as usize;
     let parts = std::thread::scope(|scope| {
         let threads: Vec<_> = conn
             .queues
             .iter_mut()
+            .zip(&shares)
             .enumerate()
-            .map(|(i, queue)| {
-                let share = &share;
+            .map(|(i, (queue, share))| {
                 let lane = Lane {
                     queues: std::slice::from_mut(queue),
                     base: base + i * slot_bytes,
@@ -229,6 +231,15 @@ fn drive_per_queue(
     Ok(sum_lanes(parts))
 }
 
+/// Lane `lane`'s part of `rate` requests/s over `lanes` lanes: the parts add up to `rate`
+/// (the first `rate % lanes` lanes take one more), and none is zero, which would mean
+/// unpaced.
+fn lane_rate(rate: u32, lanes: usize, lane: usize) -> u32 {
+    let lanes = lanes as u32;
+    let extra = u32::from((lane as u32) < rate % lanes);
+    (rate / lanes + extra).max(1)
+}
+
 /// The results of a tenant's lanes as one: counts and rates add up, latencies come
 /// from the merged histogram, and each second's p99 is the worst lane's.
 fn sum_lanes(parts: Vec<(TenantResult, Histogram<u64>)>) -> TenantResult {
@@ -242,10 +253,16 @@ fn sum_lanes(parts: Vec<(TenantResult, Histogram<u64>)>) -> TenantResult {
         total.errors += r.errors;
         total.iops += r.iops;
         total.mib_per_s += r.mib_per_s;
-        for (sum, s) in total.per_second.iter_mut().zip(&r.per_second) {
-            sum.iops += s.iops;
-            sum.mib_per_s += s.mib_per_s;
-            sum.p99_us = sum.p99_us.max(s.p99_us);
+        for (i, s) in r.per_second.iter().enumerate() {
+            // A lane may have closed a second more than the first one did.
+            match total.per_second.get_mut(i) {
+                Some(sum) => {
+                    sum.iops += s.iops;
+                    sum.mib_per_s += s.mib_per_s;
+                    sum.p99_us = sum.p99_us.max(s.p99_us);
+                }
+                None => total.per_second.push(*s),
+            }
         }
     }
     if !hist.is_empty() {
@@ -605,4 +622,62 @@ pub fn format_table(tenants: &[TenantSpec], results: &[TenantResult]) -> String 
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lane_rates_add_up_to_the_tenants_rate() {
+        for (rate, lanes) in [(40_000, 2), (1001, 2), (10, 3), (7, 4), (1, 2)] {
+            let parts: Vec<u32> = (0..lanes).map(|l| lane_rate(rate, lanes, l)).collect();
+            assert!(parts.iter().all(|&p| p >= 1), "{rate}/{lanes}: {parts:?}");
+            assert!(parts.iter().max().unwrap() - parts.iter().min().unwrap() <= 1);
+            // Only a rate below the lane count is rounded up (a lane paced at zero would
+            // run unpaced).
+            let expected = rate.max(lanes as u32);
+            assert_eq!(
+                parts.iter().sum::<u32>(),
+                expected,
+                "{rate}/{lanes}: {parts:?}"
+            );
+        }
+    }
+
+    fn lane(ios: u64, seconds: &[u64], latency_us: u64) -> (TenantResult, Histogram<u64>) {
+        let mut hist = Histogram::new_with_bounds(1, 60_000_000, 3).unwrap();
+        hist.record_n(latency_us, ios).unwrap();
+        let result = TenantResult {
+            ios,
+            completed: ios,
+            iops: ios as f64,
+            per_second: seconds
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| SecondSample {
+                    t_s: i as f64 + 1.0,
+                    iops: n,
+                    mib_per_s: 0.0,
+                    p99_us: latency_us as f64,
+                })
+                .collect(),
+            ..TenantResult::default()
+        };
+        (result, hist)
+    }
+
+    #[test]
+    fn lanes_sum_their_seconds_even_when_one_closed_more_of_them() {
+        let total = sum_lanes(vec![
+            lane(100, &[50, 50], 10),
+            lane(300, &[100, 100, 100], 30),
+        ]);
+        assert_eq!((total.ios, total.completed, total.iops), (400, 400, 400.0));
+        let per_second: Vec<u64> = total.per_second.iter().map(|s| s.iops).collect();
+        assert_eq!(per_second, [150, 150, 100]);
+        assert_eq!(total.per_second[0].p99_us, 30.0, "each second's worst lane");
+        // The merged histogram: three quarters of the requests took 30 µs.
+        assert_eq!(total.lat_p50_us, 30.0);
+    }
 }

@@ -147,12 +147,24 @@ fn stage_trace_of_daemon_and_client_accounts_for_every_request() {
     );
     let socket = d.socket("v");
     let out = Command::new(env!("CARGO_BIN_EXE_vhost-iocost"))
-        .args(["bench", "--json", "--runtime", "1s", "--ramp", "0s", "--tenant"])
+        .args([
+            "bench",
+            "--json",
+            "--runtime",
+            "1s",
+            "--ramp",
+            "0s",
+            "--tenant",
+        ])
         .arg(format!("socket={socket},rw=randread,bs=4k,iodepth=4"))
         .envs(env)
         .output()
         .expect("run vhost-iocost bench");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let json: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
     let completed = json["results"][0]["completed"].as_u64().unwrap();
     assert!(completed > 0, "{json}");
@@ -165,7 +177,11 @@ fn stage_trace_of_daemon_and_client_accounts_for_every_request() {
         text.lines()
             .map(|l| {
                 let f: Vec<&str> = l.split(' ').collect();
-                (f[0].chars().next().unwrap(), f[1].parse().unwrap(), f[2].parse().unwrap())
+                (
+                    f[0].chars().next().unwrap(),
+                    f[1].parse().unwrap(),
+                    f[2].parse().unwrap(),
+                )
             })
             .collect()
     };
@@ -177,8 +193,16 @@ fn stage_trace_of_daemon_and_client_accounts_for_every_request() {
     // The client waited as often as it woke, and every request it saw complete was
     // submitted and reaped by the daemon (which drained the rest before exiting).
     assert_eq!(count(&client, 'K'), count(&client, 'W'));
-    assert!(sum(&daemon, 's') >= completed, "{} submitted", sum(&daemon, 's'));
-    assert_eq!(sum(&daemon, 'R'), sum(&daemon, 's'), "every submitted operation reaped");
+    assert!(
+        sum(&daemon, 's') >= completed,
+        "{} submitted",
+        sum(&daemon, 's')
+    );
+    assert_eq!(
+        sum(&daemon, 'R'),
+        sum(&daemon, 's'),
+        "every submitted operation reaped"
+    );
     assert!(count(&daemon, 'P') > 0 && count(&daemon, 'N') > 0);
     // One clock for both: the daemon popped nothing before the client's first kick.
     let first = |ev: &[(char, u64, u64)], c: char| ev.iter().find(|e| e.0 == c).unwrap().1;
@@ -189,7 +213,11 @@ fn stage_trace_of_daemon_and_client_accounts_for_every_request() {
         .args([script, &prefix_env])
         .output()
         .expect("run python3 scripts/stage_breakdown.py");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let breakdown: Value = serde_json::from_slice(&out.stdout).unwrap();
     let round_trips = breakdown["round_trips"].as_u64().unwrap();
     assert!(
@@ -199,7 +227,10 @@ fn stage_trace_of_daemon_and_client_accounts_for_every_request() {
     );
     let stages = breakdown["stages_us"].as_object().unwrap();
     assert_eq!(stages.len(), 7, "{breakdown}");
-    assert!(stages.values().all(|v| v.as_f64().unwrap() >= 0.0), "{breakdown}");
+    assert!(
+        stages.values().all(|v| v.as_f64().unwrap() >= 0.0),
+        "{breakdown}"
+    );
 }
 
 #[test]
