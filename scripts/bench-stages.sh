@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Where a request's time goes on the file path (issue #16): the daemon (QoS off) and the
+# Where a request's time goes (issue #16): the daemon (QoS off) and the
 # `vhost-iocost bench` client record their stage events (VHOST_IOCOST_STAGE_TRACE), and
 # scripts/stage_breakdown.py cuts each round trip into the client's wake-up, the client's
 # work, the kick, the daemon's parsing, its submit system calls, the device and the
-# daemon's completion. 4 KiB random reads through one queue at QD1 and QD32, beside fio
-# with io_uring and O_DIRECT on the same file in the same rounds.
+# daemon's completion. 4 KiB random reads through one queue at QD1 and QD32 on a file,
+# beside fio with io_uring and O_DIRECT on the same file in the same rounds, and at QD1 on
+# the null device.
 #
 # The machine is shared and noisy: each row runs once per round, and the table shows the
 # round with the highest IOPS of each.
@@ -45,7 +46,6 @@ traced_row() {
     trace="$work/trace.$RANDOM"
     export VHOST_IOCOST_STAGE_TRACE=$trace
     start_daemon "[device]
-path = \"disk.img\"
 $3
 [device.qos]
 enable = false
@@ -65,9 +65,11 @@ echo "== 4 KiB randread, one queue, runtime ${runtime}s, ${rounds} rounds, $(npr
 for round in $(seq "$rounds"); do
     for qd in 1 32; do
         fio_row "$qd"
-        traced_row "vhost-iocost, QD$qd" "$qd" ""
+        traced_row "vhost-iocost, QD$qd" "$qd" 'path = "disk.img"'
     done
-    traced_row "vhost-iocost, QD1, poll_max 64us" 1 'poll_max = "64us"'
+    traced_row "vhost-iocost, QD1, poll_max 64us" 1 'path = "disk.img"
+poll_max = "64us"'
+    traced_row "vhost-iocost, null, QD1" 1 'kind = "null"'
 done
 
 python3 - "$work/results.jsonl" <<'PY'
@@ -75,7 +77,8 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 def best(name, qd):
     return max((r for r in rows if r["row"] == name and r["qd"] == qd), key=lambda r: r["iops"])
-cols = [("vhost-iocost, QD1", 1), ("vhost-iocost, QD1, poll_max 64us", 1), ("vhost-iocost, QD32", 32)]
+cols = [("vhost-iocost, QD1", 1), ("vhost-iocost, QD1, poll_max 64us", 1),
+        ("vhost-iocost, QD32", 32), ("vhost-iocost, null, QD1", 1)]
 picked = [best(*c) for c in cols]
 fio = {qd: best("fio", qd) for qd in (1, 32)}
 print("| median per round trip, us | " + " | ".join(c[0].removeprefix("vhost-iocost, ") for c in cols) + " |")
@@ -85,7 +88,11 @@ for stage in picked[0]["stages_us"]:
 print("| sum of the medians | " + " | ".join(f"{sum(p['stages_us'].values()):.1f}" for p in picked) + " |")
 print("| round trips traced | " + " | ".join(str(p["round_trips"]) for p in picked) + " |")
 print("| cycle (QD / IOPS) | " + " | ".join(f"{p['cycle_us']:.1f}" for p in picked) + " |")
-print("| fio's cycle, same rounds | " + " | ".join(f"{fio[c[1]]['cycle_us']:.1f}" for c in cols) + " |")
-print("| IOPS / fio's | " + " | ".join(f"{p['iops'] / fio[c[1]]['iops']:.2f}" for p, c in zip(picked, cols)) + " |")
-print("| p50 latency - fio's | " + " | ".join(f"{p['p50'] - fio[c[1]]['p50']:+.1f}" for p, c in zip(picked, cols)) + " |")
+# The null device has no fio to compare with.
+on_file = [("null" not in c[0]) for c in cols]
+def vs_fio(fmt):
+    return " | ".join(fmt(p, fio[c[1]]) if f else "" for p, c, f in zip(picked, cols, on_file))
+print("| fio's cycle, same rounds | " + vs_fio(lambda p, f: f"{f['cycle_us']:.1f}") + " |")
+print("| IOPS / fio's | " + vs_fio(lambda p, f: f"{p['iops'] / f['iops']:.2f}") + " |")
+print("| p50 latency - fio's | " + vs_fio(lambda p, f: f"{p['p50'] - f['p50']:+.1f}") + " |")
 PY

@@ -59,7 +59,9 @@ def cycles(events):
             in_kernel += at - submit_start
             last_submit = at
             submit_start = None
-        elif letter == "R" and last_submit is not None and reaped is None:
+        elif letter == "R" and popped is not None and reaped is None:
+            # The null device completes without the kernel: no submit, no device time.
+            last_submit = last_submit or at
             reaped = at
         elif letter == "N" and reaped is not None and notified is None:
             notified = at
