@@ -5,7 +5,9 @@
 # work, the kick, the daemon's parsing, its submit system calls, the device and the
 # daemon's completion. 4 KiB random reads through one queue at QD1 and QD32 on a file,
 # beside fio with io_uring and O_DIRECT on the same file in the same rounds, and at QD1 on
-# the null device.
+# the null device. At QD1 also with the daemon polling through the file's reads
+# (poll_max = "64us"), and with a client that polls its queue too (the tenant's
+# poll = true, as a guest with polled virtio-blk queues).
 #
 # The machine is shared and noisy: each row runs once per round, and the table shows the
 # round with the highest IOPS of each.
@@ -41,7 +43,7 @@ fio_row() {
     trace= row "fio" "$1"
 }
 
-# traced_row NAME QD DEVICE_LINES: one daemon run, traced from start to stop.
+# traced_row NAME QD DEVICE_LINES [TENANT_KEYS]: one daemon run, traced from start to stop.
 traced_row() {
     trace="$work/trace.$RANDOM"
     export VHOST_IOCOST_STAGE_TRACE=$trace
@@ -54,7 +56,7 @@ name = \"v\"
 socket = \"v.sock\"
 size = \"1GiB\""
     "$bin" bench --json --runtime "${runtime}s" --ramp 0s \
-        --tenant "socket=$work/v.sock,rw=randread,bs=4k,iodepth=$2" 2>/dev/null >"$work/run.json"
+        --tenant "socket=$work/v.sock,rw=randread,bs=4k,iodepth=$2${4:-}" 2>/dev/null >"$work/run.json"
     stop_daemon
     unset VHOST_IOCOST_STAGE_TRACE
     row "$1" "$2"
@@ -69,6 +71,8 @@ for round in $(seq "$rounds"); do
     done
     traced_row "vhost-iocost, QD1, poll_max 64us" 1 'path = "disk.img"
 poll_max = "64us"'
+    traced_row "vhost-iocost, QD1, poll_max 64us, polling client" 1 'path = "disk.img"
+poll_max = "64us"' ",poll=true"
     traced_row "vhost-iocost, null, QD1" 1 'kind = "null"'
 done
 
@@ -78,6 +82,7 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 def best(name, qd):
     return max((r for r in rows if r["row"] == name and r["qd"] == qd), key=lambda r: r["iops"])
 cols = [("vhost-iocost, QD1", 1), ("vhost-iocost, QD1, poll_max 64us", 1),
+        ("vhost-iocost, QD1, poll_max 64us, polling client", 1),
         ("vhost-iocost, QD32", 32), ("vhost-iocost, null, QD1", 1)]
 picked = [best(*c) for c in cols]
 fio = {qd: best("fio", qd) for qd in (1, 32)}

@@ -8,7 +8,8 @@ prints one JSON object: the median of each stage in microseconds and the rounds 
 One client thread on one queue goes round a cycle: its wait returns with completions (W),
 it queues new requests and kicks (K), the daemon pops the first of them (P), parses them
 and submits them to the kernel (S..s, several times for a batch), the device answers and
-the daemon reaps (R), completes them and notifies the client (N), which wakes (W).
+the daemon reaps (R), completes them on the used ring (U) and notifies the client (N,
+unless it polls), which wakes or, polling, sees them (W).
 """
 import json
 import statistics
@@ -28,22 +29,22 @@ def load(prefix):
 
 def cycles(events):
     """Yields one dict of stage durations (ns) per complete round trip."""
-    woke = waits = popped = reaped = notified = None
+    woke = waits = popped = reaped = published = None
     submit_start = last_submit = None
     in_kernel = 0
     for at, letter, n in events:
         if letter == "W":
-            if notified is not None and last_submit is not None:
+            if published is not None and last_submit is not None:
                 yield {
-                    "guest woken (notified to client running)": at - notified,
+                    "client sees the completions (published to client running)": at - published,
                     "client: completions to new requests": cycle["client"],
-                    "kick to daemon popping": cycle["kick"],
+                    "client submits to daemon popping": cycle["kick"],
                     "daemon: parse and map (user)": last_submit - popped - in_kernel,
                     "daemon: submit system calls (kernel)": in_kernel,
                     "device, and the daemon waking for it (last submit to reap)": reaped - last_submit,
-                    "daemon: complete and notify": notified - reaped,
+                    "daemon: complete (reap to used ring)": published - reaped,
                 }
-            woke, waits, popped, reaped, notified = at, None, None, None, None
+            woke, waits, popped, reaped, published = at, None, None, None, None
             submit_start = last_submit = None
             in_kernel = 0
             cycle = {}
@@ -63,8 +64,8 @@ def cycles(events):
             # The null device completes without the kernel: no submit, no device time.
             last_submit = last_submit or at
             reaped = at
-        elif letter == "N" and reaped is not None and notified is None:
-            notified = at
+        elif letter == "U" and reaped is not None and published is None:
+            published = at
 
 
 def main():

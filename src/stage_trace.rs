@@ -27,7 +27,10 @@ pub enum Stage {
     SubmitEnd,
     /// The daemon reaped N completions.
     Reaped,
-    /// The daemon signalled a guest's used-ring notification.
+    /// The daemon is done putting completions on a queue's used ring.
+    Published,
+    /// The daemon signalled the guest's used-ring notification (a guest that polls its
+    /// queue asks for none).
     Notified,
     /// The client submits what it queued and waits for completions.
     ClientWaits,
@@ -42,6 +45,7 @@ impl Stage {
             Stage::SubmitStart => 'S',
             Stage::SubmitEnd => 's',
             Stage::Reaped => 'R',
+            Stage::Published => 'U',
             Stage::Notified => 'N',
             Stage::ClientWaits => 'K',
             Stage::ClientWoke => 'W',
@@ -127,6 +131,7 @@ mod tests {
             Stage::SubmitStart,
             Stage::SubmitEnd,
             Stage::Reaped,
+            Stage::Published,
             Stage::Notified,
             Stage::ClientWaits,
             Stage::ClientWoke,

@@ -42,6 +42,13 @@ pub fn run(tenants: &[TenantSpec], file: &Path) -> Result<Vec<TenantResult>, Str
             t.name
         ));
     }
+    if let Some(t) = tenants.iter().find(|t| t.poll) {
+        // fio's `hipri` polls the device's own poll queues, which a file may not have.
+        return Err(format!(
+            "tenant {}: poll is the vhost-user client's; drop it for --fio-file",
+            t.name
+        ));
+    }
     let size = std::fs::metadata(file)
         .map_err(|e| format!("--fio-file {}: {e}", file.display()))?
         .len();

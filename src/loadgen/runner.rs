@@ -119,7 +119,10 @@ impl Conn {
         b.set_str("path", &t.socket).map_err(what)?;
         b.connect().map_err(what)?;
         let capacity = b.get_u64("capacity").map_err(what)?;
-        b.set_i32("num-queues", t.queues as i32).map_err(what)?;
+        // Polled queues take no notifications: the client spins on their used rings.
+        let (notified, polled) = if t.poll { (0, t.queues) } else { (t.queues, 0) };
+        b.set_i32("num-queues", notified as i32).map_err(what)?;
+        b.set_i32("num-poll-queues", polled as i32).map_err(what)?;
         let started = b.start().map_err(what)?;
         let align = b.get_u64("mem-region-alignment").map_err(what)? as usize;
         let len = (t.iodepth * t.bs as usize).div_ceil(align) * align;
@@ -129,7 +132,11 @@ impl Conn {
             return Err(what(e));
         }
         let conn = Conn {
-            queues: started.queues,
+            queues: if t.poll {
+                started.poll_queues
+            } else {
+                started.queues
+            },
             blkio: b,
             region,
             blocks: capacity / t.bs,

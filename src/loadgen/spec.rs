@@ -76,6 +76,11 @@ pub struct TenantSpec {
     /// One client thread per queue, each keeping `iodepth / queues` requests (and its
     /// share of `rate_iops`) in flight on its own queue, instead of one thread for all.
     pub queue_threads: bool,
+    /// The client spins on its queue for completions instead of sleeping until the daemon
+    /// notifies it, as a guest with polled virtio-blk queues does (Linux's
+    /// `virtio_blk.poll_queues` under io_uring's IOPOLL): no wake-up on the client's side,
+    /// one CPU kept busy per client thread.
+    pub poll: bool,
     /// Check every read of a block this tenant wrote against its last write.
     pub verify: bool,
 }
@@ -96,6 +101,7 @@ impl Default for TenantSpec {
             duty: None,
             queues: 1,
             queue_threads: false,
+            poll: false,
             verify: false,
         }
     }
@@ -118,6 +124,7 @@ pub const TENANT_KEYS: &[&str] = &[
     "off",
     "queues",
     "queue_threads",
+    "poll",
     "verify",
 ];
 
@@ -172,16 +179,16 @@ impl TenantSpec {
                 }
             }
             "queues" => t.queues = num(value)?.min(1 << 16) as usize,
-            "queue_threads" | "verify" => {
+            "queue_threads" | "poll" | "verify" => {
                 let on = match value {
                     "true" | "1" => true,
                     "false" | "0" => false,
                     _ => return Err(format!("{key}: `{value}` is not true or false")),
                 };
-                if key == "verify" {
-                    t.verify = on;
-                } else {
-                    t.queue_threads = on;
+                match key {
+                    "verify" => t.verify = on,
+                    "poll" => t.poll = on,
+                    _ => t.queue_threads = on,
                 }
             }
             other => {
@@ -220,6 +227,12 @@ impl TenantSpec {
             return Err(format!(
                 "queue_threads: iodepth ({}) must split evenly over the {} queues",
                 self.iodepth, self.queues
+            ));
+        }
+        if self.poll && self.queues > 1 && !self.queue_threads {
+            return Err(format!(
+                "poll: one client thread spins on one queue; with {} queues set queue_threads = true",
+                self.queues
             ));
         }
         if self.queue_threads && self.verify {
@@ -311,5 +324,18 @@ mod tests {
         assert!(TenantSpec::parse("bs=4k", &base)
             .unwrap_err()
             .starts_with("socket:"));
+    }
+
+    #[test]
+    fn a_polling_client_spins_on_one_queue_per_thread() {
+        let base = TenantSpec::default();
+        assert!(TenantSpec::parse("socket=a,poll=true", &base).unwrap().poll);
+        let e = TenantSpec::parse("socket=a,poll=true,queues=2", &base).unwrap_err();
+        assert!(e.starts_with("poll:") && e.contains("queue_threads"), "{e}");
+        let t = TenantSpec::parse("socket=a,poll=1,queues=2,queue_threads=true", &base);
+        assert!(t.unwrap().poll);
+        assert!(TenantSpec::parse("socket=a,poll=yes", &base)
+            .unwrap_err()
+            .starts_with("poll:"));
     }
 }

@@ -290,6 +290,7 @@ impl<A: Admission> Worker<A> {
             let q = touched.trailing_zeros() as usize;
             touched &= touched - 1;
             if let Some(vring) = self.vrings.get(q) {
+                stage_trace::mark(Stage::Published);
                 if vring.needs_notification().unwrap_or(true) {
                     stage_trace::mark(Stage::Notified);
                     let _ = vring.signal_used_queue();
