@@ -138,8 +138,10 @@ fn run(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(c) = control {
         c.stop();
     }
-    if let Some(path) = vhost_iocost::stage_trace::write("daemon")? {
-        tracing::info!(path = %path.display(), "stage trace written");
+    match vhost_iocost::stage_trace::write("daemon") {
+        Ok(Some(path)) => tracing::info!(path = %path.display(), "stage trace written"),
+        Ok(None) => {}
+        Err(e) => tracing::warn!("cannot write the stage trace (VHOST_IOCOST_STAGE_TRACE): {e}"),
     }
     tracing::info!("stopped");
     Ok(())

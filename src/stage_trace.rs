@@ -1,7 +1,7 @@
-//! Stage timestamps for the breakdown of where a request's time goes (BENCHMARKS.md,
-//! "Where a request's time goes"; `scripts/bench-stages.sh`).
+//! Stage timestamps for the breakdown of a request's round trip (BENCHMARKS.md, "A round
+//! trip, stage by stage"; `scripts/bench-stages.sh`).
 //!
-//! Off unless `VHOST_IOCOST_STAGE_TRACE` names a file prefix when the process starts.
+//! Off unless `VHOST_IOCOST_STAGE_TRACE` names a file prefix (read at the first mark).
 //! Then the daemon's data path and the `bench` client record each stage event with its
 //! CLOCK_MONOTONIC time, a clock both processes share, and each writes its events to
 //! `PREFIX.daemon` or `PREFIX.client` when it stops: one line per event, `LETTER NS N`.
@@ -27,14 +27,15 @@ pub enum Stage {
     SubmitEnd,
     /// The daemon reaped N completions.
     Reaped,
-    /// The daemon is done putting completions on a queue's used ring.
+    /// The daemon put the first completion since its last notification on a queue's used
+    /// ring, where a guest that polls sees it.
     Published,
     /// The daemon signalled the guest's used-ring notification (a guest that polls its
     /// queue asks for none).
     Notified,
     /// The client submits what it queued and waits for completions.
     ClientWaits,
-    /// The client's wait returned with completions.
+    /// The client's wait returned with N completions.
     ClientWoke,
 }
 
@@ -66,22 +67,31 @@ fn recorder() -> Option<&'static Recorder> {
                 .filter(|v| !v.is_empty())
                 .map(|prefix| Recorder {
                     prefix: PathBuf::from(prefix),
-                    events: Mutex::new(Vec::new()),
+                    // Reserved up front: growing it would stall the traced path. Pages
+                    // never written cost no memory.
+                    events: Mutex::new(Vec::with_capacity(MAX_EVENTS)),
                 })
         })
         .as_ref()
 }
 
 /// Records `stage` now.
+#[inline]
 pub fn mark(stage: Stage) {
     mark_n(stage, 0);
 }
 
 /// Records `stage` now, with a count (operations submitted, completions reaped).
+#[inline]
 pub fn mark_n(stage: Stage, n: u32) {
-    let Some(r) = recorder() else {
-        return;
-    };
+    if let Some(r) = recorder() {
+        record(r, stage, n);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn record(r: &Recorder, stage: Stage, n: u32) {
     let at = crate::backend::engine::monotonic_now_ns();
     let mut events = r.events.lock().unwrap_or_else(|e| e.into_inner());
     if events.len() < MAX_EVENTS {

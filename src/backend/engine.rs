@@ -200,7 +200,10 @@ impl Engine {
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
                 // EBUSY: the completion queue is full; the caller reaps and submits again.
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => return Ok(()),
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                    stage_trace::mark_n(Stage::SubmitEnd, 0);
+                    return Ok(());
+                }
                 Err(e) => return Err(e),
             }
         }

@@ -97,7 +97,12 @@ pub fn run(args: &BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
                 );
             }
             let results = run_with(&specs, args.progress)?;
-            crate::stage_trace::write("client")?;
+            if let Err(e) = crate::stage_trace::write("client") {
+                eprintln!(
+                    "warning: cannot write the stage trace ({}): {e}",
+                    crate::stage_trace::ENV
+                );
+            }
             results
         }
     };

@@ -525,7 +525,9 @@ fn drive(
         done.clear();
         stage_trace::mark(Stage::ClientWaits);
         collect(queues, &queue_in_flight, &mut comps, timeout, &mut done).map_err(what)?;
-        stage_trace::mark(Stage::ClientWoke);
+        if !done.is_empty() {
+            stage_trace::mark_n(Stage::ClientWoke, done.len() as u32);
+        }
         let done_at = Instant::now();
         let mut ok = 0;
         for &(slot, ret) in &done {

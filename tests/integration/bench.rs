@@ -156,7 +156,7 @@ fn stage_trace_of_daemon_and_client_accounts_for_every_request() {
             "0s",
             "--tenant",
         ])
-        .arg(format!("socket={socket},rw=randread,bs=4k,iodepth=4"))
+        .arg(format!("socket={socket},rw=randread,bs=4k,iodepth=1"))
         .envs(env)
         .output()
         .expect("run vhost-iocost bench");
@@ -219,16 +219,23 @@ fn stage_trace_of_daemon_and_client_accounts_for_every_request() {
         String::from_utf8_lossy(&out.stderr)
     );
     let breakdown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // At QD1 every wake-up of the client ends one round trip through the daemon.
     let round_trips = breakdown["round_trips"].as_u64().unwrap();
+    let wake_ups = count(&client, 'W') as u64;
+    assert_eq!(breakdown["client_wake_ups"].as_u64(), Some(wake_ups));
     assert!(
-        round_trips * 2 >= count(&client, 'W') as u64,
-        "{round_trips} round trips of {} client wake-ups",
-        count(&client, 'W')
+        round_trips * 2 >= wake_ups,
+        "{round_trips} round trips of {wake_ups} client wake-ups"
     );
     let stages = breakdown["stages_us"].as_object().unwrap();
     assert_eq!(stages.len(), 7, "{breakdown}");
+    let kernel = &stages["daemon: submit system calls (kernel)"];
     assert!(
-        stages.values().all(|v| v.as_f64().unwrap() >= 0.0),
+        kernel.as_f64().unwrap() > 0.0,
+        "reads of a file enter the kernel: {breakdown}"
+    );
+    assert_eq!(
+        breakdown["completions_per_reap"]["most_common"], 1,
         "{breakdown}"
     );
 }
@@ -302,11 +309,11 @@ fn a_polling_client_is_served_without_notifications() {
         .map(|l| l.split(' ').nth(1).unwrap().parse::<usize>().unwrap())
         .sum();
     // With EVENT_IDX a driver cannot switch notifications off, only ask for one at a
-    // used index far ahead: its queue's first completion, then one per 65,536. A
-    // notified client at QD4 takes one per few completions.
+    // used index far ahead: a queue's first completion, then one per 65,536. Three
+    // queues were opened here. A notified client at QD4 takes one per few completions.
     assert!(reaped > 200, "{reaped} completions reaped");
     assert!(
-        notified * 1000 <= reaped,
+        notified <= 3 + reaped / 32_768,
         "{notified} notifications for {reaped} completions"
     );
 }

@@ -266,6 +266,9 @@ impl<A: Admission> Worker<A> {
                     tracing::warn!(volume = %self.volume.name, queue, suppressed, "add_used failed: {e}");
                 }
             }
+            if self.touched & (1 << queue) == 0 {
+                stage_trace::mark(Stage::Published);
+            }
             self.touched |= 1 << queue;
         }
     }
@@ -290,7 +293,6 @@ impl<A: Admission> Worker<A> {
             let q = touched.trailing_zeros() as usize;
             touched &= touched - 1;
             if let Some(vring) = self.vrings.get(q) {
-                stage_trace::mark(Stage::Published);
                 if vring.needs_notification().unwrap_or(true) {
                     stage_trace::mark(Stage::Notified);
                     let _ = vring.signal_used_queue();
