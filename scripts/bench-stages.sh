@@ -11,8 +11,9 @@
 #
 # The machine is shared and noisy: each row runs once per round, and the table shows the
 # round with the highest IOPS of each (fio's too). Stages are means over the round trips
-# traced, so they add up to the cycle; the cycle model is exact at QD1 and holds at QD32
-# while the daemon reaps whole batches (the completions-per-reap row).
+# traced, so they add up to the traced cycle (the trace includes the ramp, the cycle row
+# does not); the cycle model is exact at QD1 and holds at QD32 while the daemon reaps
+# whole batches (the completions-per-reap row).
 #   usage: scripts/bench-stages.sh [RUNTIME_SECONDS] [ROUNDS]   (needs fio)
 set -euo pipefail
 cd "$(dirname "$0")/.."

