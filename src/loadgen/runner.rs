@@ -204,16 +204,17 @@ fn drive_per_queue(
     live_ios: &AtomicU64,
 ) -> Result<TenantResult, String> {
     let nq = conn.queues.len();
+    let lane_depth = t.iodepth / nq;
     let shares: Vec<TenantSpec> = (0..nq)
         .map(|lane| TenantSpec {
-            iodepth: t.iodepth / nq,
+            iodepth: lane_depth,
             queues: 1,
             rate_iops: t.rate_iops.map(|r| lane_rate(r, nq, lane)),
             ..t.clone()
         })
         .collect();
     let (base, blocks) = (conn.region.addr, conn.blocks);
-    let slot_bytes = (t.iodepth / nq) * t.bs as usize;
+    let slot_bytes = lane_depth * t.bs as usize;
     let parts = std::thread::scope(|scope| {
         let threads: Vec<_> = conn
             .queues

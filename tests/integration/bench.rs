@@ -34,9 +34,14 @@ fn busy_cpus() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn bench(dir: &Path, args: &[&str]) -> Output {
+    bench_with_env(dir, args, &[])
+}
+
+fn bench_with_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let out = Command::new(env!("CARGO_BIN_EXE_vhost-iocost"))
         .arg("bench")
         .args(args)
+        .envs(env.iter().copied())
         .current_dir(dir)
         .output()
         .expect("run vhost-iocost bench");
@@ -139,65 +144,94 @@ fn bench_job_file_json_progress_and_pictures() {
     check_pictures(&prefix, &["light", "heavy"]);
 }
 
+/// A daemon whose stage trace (`VHOST_IOCOST_STAGE_TRACE`) goes into its directory, and
+/// `bench` runs traced into the same prefix.
+struct TracedDaemon {
+    daemon: DaemonProcess,
+    prefix: String,
+}
+
+impl TracedDaemon {
+    fn start(config: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let prefix = dir.path().join("trace").to_str().unwrap().to_owned();
+        let daemon = DaemonProcess::start_with_env(
+            dir,
+            config,
+            &[(vhost_iocost::stage_trace::ENV, &prefix)],
+        );
+        TracedDaemon { daemon, prefix }
+    }
+
+    /// `bench` with the trace on; its JSON.
+    fn bench(&self, args: &[&str]) -> Value {
+        let out = bench_with_env(
+            self.daemon.dir.path(),
+            args,
+            &[(vhost_iocost::stage_trace::ENV, &self.prefix)],
+        );
+        serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+    }
+
+    /// Stops the daemon, which writes its trace; returns the directory holding the trace
+    /// files (they go with it) and their prefix.
+    fn stop(self) -> (tempfile::TempDir, String) {
+        let (status, dir) = self.daemon.stop();
+        assert!(status.success(), "daemon exit {status}");
+        (dir, self.prefix)
+    }
+}
+
+/// A stage event: its letter, time (ns) and count.
+type Event = (char, u64, u64);
+
+/// The events of `PREFIX.ROLE`.
+fn events(prefix: &str, role: &str) -> Vec<Event> {
+    let path = format!("{prefix}.{role}");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    text.lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let letter = f[0].chars().next().unwrap();
+            (letter, f[1].parse().unwrap(), f[2].parse().unwrap())
+        })
+        .collect()
+}
+
+fn count(events: &[Event], letter: char) -> usize {
+    events.iter().filter(|e| e.0 == letter).count()
+}
+
+fn sum(events: &[Event], letter: char) -> u64 {
+    events.iter().filter(|e| e.0 == letter).map(|e| e.2).sum()
+}
+
 /// `VHOST_IOCOST_STAGE_TRACE` as scripts/bench-stages.sh uses it: the daemon and the
 /// client each write their stage events, on one clock, and the breakdown script cuts them
 /// into round trips.
 #[test]
 fn stage_trace_of_daemon_and_client_accounts_for_every_request() {
-    let dir = tempfile::tempdir().unwrap();
-    let prefix = dir.path().join("trace");
-    let prefix_env = prefix.to_str().unwrap().to_owned();
-    let env = [("VHOST_IOCOST_STAGE_TRACE", prefix_env.as_str())];
-    let d = DaemonProcess::start_with_env(
-        dir,
-        &config("[device.qos]\nenable = false", &volume("v", 0, 16, "")),
-        &env,
+    let d = TracedDaemon::start(&config(
+        "[device.qos]\nenable = false",
+        &volume("v", 0, 16, ""),
+    ));
+    let tenant = format!(
+        "socket={},rw=randread,bs=4k,iodepth=1",
+        d.daemon.socket("v")
     );
-    let socket = d.socket("v");
-    let out = Command::new(env!("CARGO_BIN_EXE_vhost-iocost"))
-        .args([
-            "bench",
-            "--json",
-            "--runtime",
-            "1s",
-            "--ramp",
-            "0s",
-            "--tenant",
-        ])
-        .arg(format!("socket={socket},rw=randread,bs=4k,iodepth=1"))
-        .envs(env)
-        .output()
-        .expect("run vhost-iocost bench");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let json: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    let json = d.bench(&[
+        "--json",
+        "--runtime",
+        "1s",
+        "--ramp",
+        "0s",
+        "--tenant",
+        &tenant,
+    ]);
     let completed = json["results"][0]["completed"].as_u64().unwrap();
     assert!(completed > 0, "{json}");
-    let (status, _dir) = d.stop();
-    assert!(status.success(), "daemon exit {status}");
-
-    let events = |role: &str| -> Vec<(char, u64, u64)> {
-        let path = format!("{prefix_env}.{role}");
-        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        text.lines()
-            .map(|l| {
-                let f: Vec<&str> = l.split(' ').collect();
-                (
-                    f[0].chars().next().unwrap(),
-                    f[1].parse().unwrap(),
-                    f[2].parse().unwrap(),
-                )
-            })
-            .collect()
-    };
-    let (daemon, client) = (events("daemon"), events("client"));
-    let count = |ev: &[(char, u64, u64)], c: char| ev.iter().filter(|e| e.0 == c).count();
-    let sum = |ev: &[(char, u64, u64)], c: char| -> u64 {
-        ev.iter().filter(|e| e.0 == c).map(|e| e.2).sum()
-    };
+    let (_dir, prefix) = d.stop();
+    let (daemon, client) = (events(&prefix, "daemon"), events(&prefix, "client"));
     // The client woke from nearly every wait (a wait that times out with nothing marks no
     // wake), and every request it saw complete was submitted and reaped by the daemon
     // (which drained the rest before exiting).
@@ -218,12 +252,12 @@ fn stage_trace_of_daemon_and_client_accounts_for_every_request() {
     );
     assert!(count(&daemon, 'P') > 0 && count(&daemon, 'U') > 0 && count(&daemon, 'N') > 0);
     // One clock for both: the daemon popped nothing before the client's first kick.
-    let first = |ev: &[(char, u64, u64)], c: char| ev.iter().find(|e| e.0 == c).unwrap().1;
+    let first = |ev: &[Event], c: char| ev.iter().find(|e| e.0 == c).unwrap().1;
     assert!(first(&client, 'K') <= first(&daemon, 'P'));
 
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/stage_breakdown.py");
     let out = Command::new("python3")
-        .args([script, &prefix_env])
+        .args([script, &prefix])
         .output()
         .expect("run python3 scripts/stage_breakdown.py");
     assert!(
@@ -259,38 +293,18 @@ fn stage_trace_of_daemon_and_client_accounts_for_every_request() {
 fn a_polling_client_is_served_without_notifications() {
     // Its client threads spin: kept short, and apart from the timing test below.
     let _cpu = busy_cpus();
-    let dir = tempfile::tempdir().unwrap();
-    let prefix = dir.path().join("trace");
-    let prefix_env = prefix.to_str().unwrap().to_owned();
-    let env = [("VHOST_IOCOST_STAGE_TRACE", prefix_env.as_str())];
-    let d = DaemonProcess::start_with_env(
-        dir,
-        &config("", &volume("v", 0, 16, "num_queues = 2")),
-        &env,
-    );
-    let socket = d.socket("v");
-    let out = Command::new(env!("CARGO_BIN_EXE_vhost-iocost"))
-        .args([
-            "bench",
-            "--json",
-            "--runtime",
-            "300ms",
-            "--ramp",
-            "0s",
-            "--tenant",
-        ])
-        .arg(format!(
-            "socket={socket},rw=randrw,bs=4k,iodepth=4,verify=true,poll=true"
-        ))
-        .envs(env)
-        .output()
-        .expect("run vhost-iocost bench");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let json: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    let d = TracedDaemon::start(&config("", &volume("v", 0, 16, "num_queues = 2")));
+    let socket = d.daemon.socket("v");
+    let tenant = format!("socket={socket},rw=randrw,bs=4k,iodepth=4,verify=true,poll=true");
+    let json = d.bench(&[
+        "--json",
+        "--runtime",
+        "300ms",
+        "--ramp",
+        "0s",
+        "--tenant",
+        &tenant,
+    ]);
     let r = &json["results"][0];
     assert!(r["completed"].as_u64().unwrap() > 100, "{r}");
     assert_eq!(
@@ -300,7 +314,7 @@ fn a_polling_client_is_served_without_notifications() {
     );
     // Two polled queues on two client threads work too.
     let out = bench(
-        d.dir.path(),
+        d.daemon.dir.path(),
         &[
             "--json",
             "--runtime",
@@ -314,15 +328,9 @@ fn a_polling_client_is_served_without_notifications() {
         json["results"][0]["completed"].as_u64().unwrap() > 100,
         "{json}"
     );
-    let (status, _dir) = d.stop();
-    assert!(status.success(), "daemon exit {status}");
-    let trace = std::fs::read_to_string(format!("{prefix_env}.daemon")).unwrap();
-    let notified = trace.lines().filter(|l| l.starts_with("N ")).count();
-    let reaped: usize = trace
-        .lines()
-        .filter_map(|l| l.strip_prefix("R "))
-        .map(|l| l.split(' ').nth(1).unwrap().parse::<usize>().unwrap())
-        .sum();
+    let (_dir, prefix) = d.stop();
+    let daemon = events(&prefix, "daemon");
+    let (notified, reaped) = (count(&daemon, 'N') as u64, sum(&daemon, 'R'));
     // With EVENT_IDX a driver cannot switch notifications off, only ask for one at a
     // used index far ahead: a queue's first completion, then one per 65,536. Three
     // queues were opened here. A notified client at QD4 takes one per few completions.
