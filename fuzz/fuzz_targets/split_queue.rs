@@ -52,7 +52,7 @@ fuzz_target!(|data: &[u8]| {
         };
         // The head comes from the avail ring unchecked: it may lie outside the table.
         let head = chain.head_index();
-        if let Ok(req) = parse_chain(chain, &mut layout, &limits) {
+        if let Ok(req) = parse_chain(chain, &mut layout, &limits, Vec::new()) {
             common::check_accepted(&req, &limits);
         }
         // Returned at once, as the worker returns a refused chain (add_used refuses a

@@ -5,22 +5,24 @@
 //! virtio-queue's; this adds the two rules it leaves to the device: readable descriptors
 //! come first, and a chain must end where the table says it ends.
 
-use super::request::{self, ChainLayout, Limits, Request, RequestError};
+use super::request::{self, ChainLayout, Limits, Request, RequestError, Segment};
 use std::ops::Deref;
 use virtio_queue::DescriptorChain;
-use vm_memory::{Bytes, GuestAddress, GuestMemory};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend};
 
 /// Walks `chain` into `layout` (cleared first, reused to spare an allocation per request)
-/// and parses it. On error the layout holds what was walked, so the caller can still find
-/// the status byte.
+/// and parses it, with the request's data segments in `data` (see
+/// [`request::parse_reusing`]). On error the layout holds what was walked, so the caller
+/// can still find the status byte.
 pub fn parse_chain<M>(
     chain: DescriptorChain<M>,
     layout: &mut ChainLayout,
     limits: &Limits,
+    data: Vec<Segment>,
 ) -> Result<Request, RequestError>
 where
     M: Deref + Clone,
-    M::Target: GuestMemory,
+    M::Target: GuestMemoryBackend,
 {
     layout.readable.clear();
     layout.writable.clear();
@@ -35,7 +37,12 @@ where
     if !ends_cleanly {
         return Err(RequestError::BrokenChain);
     }
-    request::parse(layout, limits, |addr, buf| {
-        mem.read_slice(buf, GuestAddress(addr)).is_ok()
+    request::parse_reusing(layout, limits, data, |addr, buf| {
+        let addr = GuestAddress(addr);
+        // A header almost always lies in one region: one lookup, one copy.
+        match mem.get_slice(addr, buf.len()) {
+            Ok(slice) => slice.copy_to(buf) == buf.len(),
+            Err(_) => mem.read_slice(buf, addr).is_ok(),
+        }
     })
 }

@@ -146,9 +146,9 @@ impl RequestError {
     }
 }
 
-/// The segments covering bytes `start..start + len` of the stream `segments`.
-fn byte_range(segments: &[Segment], mut start: u64, mut len: u64) -> Vec<Segment> {
-    let mut out = Vec::with_capacity(segments.len());
+/// Appends to `out` the segments covering bytes `start..start + len` of the stream
+/// `segments`.
+fn byte_range(segments: &[Segment], mut start: u64, mut len: u64, out: &mut Vec<Segment>) {
     for s in segments {
         let seg_len = u64::from(s.len);
         if start >= seg_len {
@@ -166,7 +166,6 @@ fn byte_range(segments: &[Segment], mut start: u64, mut len: u64) -> Vec<Segment
         len -= n;
         start = 0;
     }
-    out
 }
 
 fn total(segments: &[Segment]) -> u64 {
@@ -176,17 +175,28 @@ fn total(segments: &[Segment]) -> u64 {
 /// Reads `buf.len()` bytes from offset `skip` of the stream `segments` through `read`.
 fn gather(
     segments: &[Segment],
-    skip: u64,
+    mut skip: u64,
     buf: &mut [u8],
     read: &mut impl FnMut(u64, &mut [u8]) -> bool,
 ) -> Result<(), RequestError> {
     let mut done = 0;
-    for s in byte_range(segments, skip, buf.len() as u64) {
-        let n = s.len as usize;
-        if !read(s.addr, &mut buf[done..done + n]) {
-            return Err(RequestError::BadGuestAddress(s.addr));
+    for s in segments {
+        if done == buf.len() {
+            break;
+        }
+        let seg_len = u64::from(s.len);
+        if skip >= seg_len {
+            skip -= seg_len;
+            continue;
+        }
+        // Below buf.len(), so it fits in usize.
+        let n = (seg_len - skip).min((buf.len() - done) as u64) as usize;
+        let addr = s.addr + skip;
+        if !read(addr, &mut buf[done..done + n]) {
+            return Err(RequestError::BadGuestAddress(addr));
         }
         done += n;
+        skip = 0;
     }
     if done < buf.len() {
         return Err(RequestError::ShortHeader);
@@ -217,8 +227,20 @@ pub fn locate_status(layout: &ChainLayout) -> Result<(u64, u64), RequestError> {
 pub fn parse(
     layout: &ChainLayout,
     limits: &Limits,
+    read: impl FnMut(u64, &mut [u8]) -> bool,
+) -> Result<Request, RequestError> {
+    parse_reusing(layout, limits, Vec::new(), read)
+}
+
+/// [`parse`], with the request's data segments put in `data` (emptied first): a caller
+/// that recycles the vectors of finished requests spares an allocation per request.
+pub fn parse_reusing(
+    layout: &ChainLayout,
+    limits: &Limits,
+    mut data: Vec<Segment>,
     mut read: impl FnMut(u64, &mut [u8]) -> bool,
 ) -> Result<Request, RequestError> {
+    data.clear();
     let (status_addr, writable_len) = locate_status(layout)?;
     // Any other buffer wrapping around the address space is not guest RAM; refusing it
     // here keeps every offset computation below overflow-free.
@@ -236,8 +258,14 @@ pub fn parse(
     let sector = u64::from_le_bytes(header[8..16].try_into().unwrap());
     let readable_len = total(&layout.readable) - HEADER_LEN;
     // The data buffers, built only for the request types that have data.
-    let readable_data = || byte_range(&layout.readable, HEADER_LEN, readable_len);
-    let writable_data = || byte_range(&layout.writable, 0, writable_len);
+    let readable_data = |mut data| {
+        byte_range(&layout.readable, HEADER_LEN, readable_len, &mut data);
+        data
+    };
+    let writable_data = |mut data| {
+        byte_range(&layout.writable, 0, writable_len, &mut data);
+        data
+    };
 
     let kind = match request_type {
         VIRTIO_BLK_T_IN => RequestKind::Read,
@@ -264,9 +292,9 @@ pub fn parse(
     match kind {
         RequestKind::Read | RequestKind::Write => {
             let (data, other_len) = if kind == RequestKind::Read {
-                (writable_data(), readable_len)
+                (writable_data(data), readable_len)
             } else {
-                (readable_data(), writable_len)
+                (readable_data(data), writable_len)
             };
             if other_len != 0 {
                 return Err(wrong_direction());
@@ -288,13 +316,13 @@ pub fn parse(
             if readable_len != 0 || writable_len != 0 {
                 return Err(wrong_direction());
             }
-            Ok(request(kind, 0, 0, Vec::new()))
+            Ok(request(kind, 0, 0, data))
         }
         RequestKind::GetId => {
             if readable_len != 0 || writable_len == 0 {
                 return Err(wrong_direction());
             }
-            Ok(request(kind, 0, 0, writable_data()))
+            Ok(request(kind, 0, 0, writable_data(data)))
         }
         RequestKind::Discard | RequestKind::WriteZeroes { .. } => {
             if writable_len != 0 {
@@ -335,7 +363,7 @@ pub fn parse(
             }
             let len = u64::from(num_sectors) << SECTOR_SHIFT;
             let offset = check_range(seg_sector, len, limits.capacity)?;
-            Ok(request(kind, offset, len, Vec::new()))
+            Ok(request(kind, offset, len, data))
         }
     }
 }

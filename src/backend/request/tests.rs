@@ -87,6 +87,79 @@ fn header_and_status_may_share_descriptors_with_data() {
 }
 
 #[test]
+fn a_header_and_a_segment_split_across_descriptors_are_gathered() {
+    let mut m = Mem::new();
+    let mut h = [0u8; 16];
+    h[0..4].copy_from_slice(&VIRTIO_BLK_T_IN.to_le_bytes());
+    h[8..16].copy_from_slice(&3u64.to_le_bytes());
+    // 5 header bytes, an empty descriptor, the other 11 elsewhere.
+    m.put(0x1000, &h[..5]);
+    m.put(0x2000, &h[5..]);
+    let l = layout(&[
+        (0x1000, 5, false),
+        (0x3000, 0, false),
+        (0x2000, 11, false),
+        (0x4000, 512, true),
+        (0x5000, 1, true),
+    ]);
+    let r = parse(&l, &LIMITS, m.read()).unwrap();
+    assert_eq!((r.kind, r.offset), (RequestKind::Read, 3 * 512));
+    assert_eq!(
+        r.data,
+        vec![Segment {
+            addr: 0x4000,
+            len: 512
+        }]
+    );
+    assert_eq!(r.status_addr, 0x5000);
+
+    // A write-zeroes segment that starts inside the header's second descriptor.
+    let mut m = Mem::new();
+    m.header(0x100, VIRTIO_BLK_T_WRITE_ZEROES, 0);
+    let mut bytes = [0u8; 32];
+    bytes[..16].copy_from_slice(&m.0[0x100..0x110]);
+    discard_seg(&mut m, 0x200, 8, 16, 0);
+    bytes[16..].copy_from_slice(&m.0[0x200..0x210]);
+    m.put(0x1000, &bytes[..10]);
+    m.put(0x2000, &bytes[10..]);
+    let l = layout(&[(0x1000, 10, false), (0x2000, 22, false), (100, 1, true)]);
+    let r = parse(&l, &LIMITS, m.read()).unwrap();
+    assert_eq!(r.kind, RequestKind::WriteZeroes { unmap: false });
+    assert_eq!((r.offset, r.len), (4096, 8192));
+}
+
+#[test]
+fn a_reused_vector_holds_only_the_new_requests_segments() {
+    let mut m = Mem::new();
+    m.header(0, VIRTIO_BLK_T_IN, 0);
+    let l = layout(&[
+        (0, 16, false),
+        (4096, 512, true),
+        (8192, 512, true),
+        (100, 1, true),
+    ]);
+    let stale = vec![Segment { addr: 1, len: 1 }; 8];
+    let r = parse_reusing(&l, &LIMITS, stale, m.read()).unwrap();
+    assert_eq!(
+        r.data,
+        vec![
+            Segment {
+                addr: 4096,
+                len: 512
+            },
+            Segment {
+                addr: 8192,
+                len: 512
+            }
+        ]
+    );
+    m.header(0, VIRTIO_BLK_T_FLUSH, 0);
+    let flush = layout(&[(0, 16, false), (100, 1, true)]);
+    let r = parse_reusing(&flush, &LIMITS, r.data, m.read()).unwrap();
+    assert_eq!((r.kind, r.data), (RequestKind::Flush, vec![]));
+}
+
+#[test]
 fn out_of_range_and_overflowing_sectors_are_ioerr() {
     let mut m = Mem::new();
     let l = layout(&[(0, 16, false), (4096, 4096, true), (100, 1, true)]);

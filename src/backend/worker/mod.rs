@@ -28,7 +28,7 @@ use super::admission::{Admission, Timing};
 use super::admit_queue::{AdmitQueue, Next, Parked, WaitDeadline};
 use super::engine::Engine;
 use super::lease::ConnectionLease;
-use super::request::{ChainLayout, Request};
+use super::request::{ChainLayout, Request, Segment};
 use super::volume::Volume;
 use crate::logging::LogLimiter;
 
@@ -104,10 +104,11 @@ pub struct Worker<A: Admission> {
     outstanding: Vec<u32>,
     warn: LogLimiter,
     /// Scratch space reused per request or batch, so the hot path does not allocate:
-    /// reaped completions, the descriptor layout of the chain being parsed, and iovec
-    /// arrays returned by completed requests.
+    /// reaped completions, the descriptor layout of the chain being parsed, the data
+    /// segment vectors of started requests, and iovec arrays returned by completed ones.
     reaped: Vec<(u64, i32)>,
     layout: ChainLayout,
+    segment_pool: Vec<Vec<Segment>>,
     /// Completions to report to admission control, once per pump (see `settle`).
     settled: Vec<(A::Ticket, Timing)>,
     iovec_pool: IovecPool,
@@ -169,6 +170,7 @@ impl<A: Admission> Worker<A> {
             warn: LogLimiter::new(Duration::from_secs(1)),
             reaped: Vec::with_capacity(depth.min(4096) as usize),
             layout: ChainLayout::default(),
+            segment_pool: Vec::new(),
             settled: Vec::with_capacity(depth.min(4096) as usize),
             iovec_pool: IovecPool::default(),
             emulated_prev_end: None,

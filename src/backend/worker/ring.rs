@@ -122,7 +122,8 @@ impl<A: Admission> Worker<A> {
             let head = chain.head_index();
             let mut layout = std::mem::take(&mut self.layout);
             let limits = *limits.get_or_insert_with(|| self.volume.current_limits());
-            let parsed = chain::parse_chain(chain, &mut layout, &limits);
+            let data = self.segment_pool.pop().unwrap_or_default();
+            let parsed = chain::parse_chain(chain, &mut layout, &limits, data);
             match parsed {
                 Ok(req) => {
                     let now = *now.get_or_insert_with(|| self.volume.admission.now_ns());
@@ -251,16 +252,22 @@ impl<A: Admission> Worker<A> {
         match (e.status(), request::locate_status(layout)) {
             (Some(status), Ok((addr, _))) => self.finish(queue, head, addr, status, 0, mem),
             // Nowhere to put a status: return the chain with nothing written.
-            _ => self.return_chain(queue, head, 0),
+            _ => self.return_chain(queue, head, 0, mem),
         }
     }
 
-    fn return_chain(&mut self, queue: u16, head: u16, used_len: u32) {
+    /// Puts the chain on the used ring, through `mem`, the map the chain was popped
+    /// with (the ring's own `add_used` would load the current map once per entry).
+    fn return_chain(&mut self, queue: u16, head: u16, used_len: u32, mem: &Mem) {
         if let Some(n) = self.outstanding.get_mut(queue as usize) {
             *n = n.saturating_sub(1);
         }
         if let Some(vring) = self.vrings.get(queue as usize) {
-            if let Err(e) = vring.add_used(head, used_len) {
+            let added = vring
+                .get_mut()
+                .get_queue_mut()
+                .add_used(mem, head, used_len);
+            if let Err(e) = added {
                 if let Some(suppressed) = self.warn.check() {
                     let queue = self.guest_queue(queue);
                     tracing::warn!(volume = %self.volume.name, queue, suppressed, "add_used failed: {e}");
@@ -284,7 +291,7 @@ impl<A: Admission> Worker<A> {
         mem: &Mem,
     ) {
         let status_ok = mem.write_obj(status, GuestAddress(status_addr)).is_ok();
-        self.return_chain(queue, head, if status_ok { written + 1 } else { 0 });
+        self.return_chain(queue, head, if status_ok { written + 1 } else { 0 }, mem);
     }
 
     pub(super) fn notify_guest(&mut self) {
