@@ -36,6 +36,9 @@ use crate::logging::LogLimiter;
 pub type Mem = GuestMemoryMmap<super::dirty_log::DirtyLog>;
 pub type Vring = VringRwLock<vm_memory::GuestMemoryAtomic<Mem>>;
 
+/// A descriptor chain as popped, with the guest memory it was popped with.
+type Chain = virtio_queue::DescriptorChain<Arc<Mem>>;
+
 /// A validated request as popped: where it came from and the guest memory it points into.
 struct Popped {
     queue: u16,
@@ -104,10 +107,12 @@ pub struct Worker<A: Admission> {
     outstanding: Vec<u32>,
     warn: LogLimiter,
     /// Scratch space reused per request or batch, so the hot path does not allocate:
-    /// reaped completions, the descriptor layout of the chain being parsed, the data
-    /// segment vectors of started requests, and iovec arrays returned by completed ones.
+    /// reaped completions, the chains popped together, the descriptor layout of the
+    /// chain being parsed, the data segment vectors of started requests, and iovec arrays
+    /// returned by completed ones.
     reaped: Vec<(u64, i32)>,
     layout: ChainLayout,
+    popped_chains: Vec<Chain>,
     segment_pool: Vec<Vec<Segment>>,
     /// Completions to report to admission control, once per pump (see `settle`).
     settled: Vec<(A::Ticket, Timing)>,
@@ -170,6 +175,7 @@ impl<A: Admission> Worker<A> {
             warn: LogLimiter::new(Duration::from_secs(1)),
             reaped: Vec::with_capacity(depth.min(4096) as usize),
             layout: ChainLayout::default(),
+            popped_chains: Vec::new(),
             segment_pool: Vec::new(),
             settled: Vec::with_capacity(depth.min(4096) as usize),
             iovec_pool: IovecPool::default(),
