@@ -70,6 +70,54 @@ fn random_writes_read_back_with_several_segments() {
 }
 
 #[test]
+fn write_zeroes_where_the_filesystem_cannot_zero_writes_the_zeroes() {
+    // tmpfs has no FALLOC_FL_ZERO_RANGE: the daemon writes the zeroes from a buffer.
+    let dir = tempfile::tempdir_in("/dev/shm").expect("a directory on tmpfs");
+    let probe = std::fs::File::create(dir.path().join("probe")).unwrap();
+    // SAFETY: fallocate on a file this test owns.
+    let zeroed = unsafe {
+        libc::fallocate(
+            std::os::fd::AsRawFd::as_raw_fd(&probe),
+            libc::FALLOC_FL_ZERO_RANGE,
+            0,
+            4096,
+        )
+    };
+    assert_eq!(
+        zeroed, -1,
+        "tmpfs zeroed a range: this test needs one that cannot"
+    );
+    let d = DaemonProcess::start_in(dir, &config("", &volume("a", 0, 8, "")));
+    let mut c = Client::connect(&d.socket("a"), 1, 1 << 20);
+    c.buf().fill(0xAB);
+    let write = Op::Write {
+        off: 0,
+        len: 1 << 20,
+        buf: 0,
+    };
+    assert_eq!(c.run(write), 0);
+    let zeroes = Op::WriteZeroes {
+        off: 4096,
+        len: 8192,
+        unmap: false,
+    };
+    assert_eq!(c.run(zeroes), 0);
+    let read = Op::Read {
+        off: 0,
+        len: 1 << 20,
+        buf: 0,
+    };
+    assert_eq!(c.run(read), 0);
+    let b = c.buf();
+    assert!(b[..4096].iter().all(|&x| x == 0xAB), "bytes before kept");
+    assert!(
+        b[4096..12288].iter().all(|&x| x == 0),
+        "the range reads zero"
+    );
+    assert!(b[12288..].iter().all(|&x| x == 0xAB), "bytes after kept");
+}
+
+#[test]
 fn discard_and_write_zeroes_read_back_as_zeros() {
     let d = two_volume_daemon();
     let mut c = Client::connect(&d.socket("a"), 1, 1 << 20);

@@ -311,7 +311,10 @@ impl<A: Admission> Worker<A> {
             };
             self.free_slots.push(index);
             self.in_flight_count -= 1;
-            if let Some(record) = self.retry_write_zeroes(record, result) {
+            // Checked before the record moves again: it is large, and this is per request.
+            if zeroes_to_write(&record, result) {
+                self.write_zeroes(record);
+            } else {
                 self.complete_one(record, result, true, now);
             }
         }
@@ -319,20 +322,9 @@ impl<A: Admission> Worker<A> {
         Ok(n)
     }
 
-    /// Filesystems without FALLOC_FL_ZERO_RANGE (tmpfs, some network file systems) get the
-    /// zeroes written from a zeroed buffer instead. Returns the record if it is finished.
-    fn retry_write_zeroes(
-        &mut self,
-        mut record: InFlight<A::Ticket>,
-        result: i32,
-    ) -> Option<InFlight<A::Ticket>> {
-        let unsupported = result == -libc::EOPNOTSUPP || result == -libc::EINVAL;
-        if !(unsupported
-            && matches!(record.kind, RequestKind::WriteZeroes { .. })
-            && record.bounce.is_none())
-        {
-            return Some(record);
-        }
+    /// Writes the zeroes of a write-zeroes request the filesystem could not zero
+    /// ([`zeroes_to_write`]) from a zeroed buffer.
+    fn write_zeroes(&mut self, mut record: InFlight<A::Ticket>) {
         let disk = &self.volume.disk;
         let buffer = BounceBuffer::zeroed(
             record.io.len as usize,
@@ -349,7 +341,6 @@ impl<A: Admission> Worker<A> {
             offset: self.volume.host_offset + record.io.offset,
         };
         self.submit_op(record, op, None);
-        None
     }
 
     /// Finishes one request: copies bounced reads back, writes the status, returns the
@@ -367,6 +358,8 @@ impl<A: Admission> Worker<A> {
             RequestKind::Read | RequestKind::Write if vol.disk.file.is_some() => {
                 record.io.len as i64
             }
+            // Zeroes written from a buffer (`write_zeroes`): a write's byte count.
+            RequestKind::WriteZeroes { .. } if record.bounce.is_some() => record.io.len as i64,
             _ => 0,
         };
         let result = match record.fault.and_then(|f| f.errno()) {
@@ -454,6 +447,15 @@ fn log_written(mem: &Mem, iovecs: &[libc::iovec]) {
                 .mark_dirty(start - region.as_ptr() as usize, v.iov_len);
         }
     }
+}
+
+/// Whether `record` is a write-zeroes request that the filesystem refused to zero
+/// (tmpfs, some network file systems have no FALLOC_FL_ZERO_RANGE) and that has not been
+/// retried as a write of zeroes yet.
+fn zeroes_to_write<T>(record: &InFlight<T>, result: i32) -> bool {
+    (result == -libc::EOPNOTSUPP || result == -libc::EINVAL)
+        && matches!(record.kind, RequestKind::WriteZeroes { .. })
+        && record.bounce.is_none()
 }
 
 /// Shortens `iovecs` to describe only their first `keep` bytes.
