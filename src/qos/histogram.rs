@@ -51,7 +51,11 @@ fn value_of(bucket: usize) -> u64 {
 
 impl Histogram {
     pub(crate) fn record(&mut self, us: u64) {
-        let b = &mut self.counts[bucket_of(us)];
+        self.record_in(bucket_of(us));
+    }
+
+    fn record_in(&mut self, bucket: usize) {
+        let b = &mut self.counts[bucket];
         *b = b.saturating_add(1);
         self.total = self.total.saturating_add(1);
     }
@@ -203,8 +207,9 @@ impl LatencyWindows {
 
     pub(crate) fn record(&mut self, period: u64, us: u64) {
         self.rotate(period);
-        self.current.record(us);
-        self.all.record(us);
+        let bucket = bucket_of(us);
+        self.current.record_in(bucket);
+        self.all.record_in(bucket);
     }
 
     pub(crate) fn last(&self) -> &Histogram {

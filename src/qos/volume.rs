@@ -343,15 +343,16 @@ impl VolumeQos {
             // Unthrottled, but still counted.
             return self.go(io, abs, 0, 0, now_ns);
         }
-        let now = self.activate(now_ns);
-        if dev.alone(now.now_ns) {
+        self.activate(now_ns);
+        if dev.alone(now_ns) {
             // Alone on the device: nobody to protect, so nothing to throttle (a lone
             // tenant is never slower than with QoS off, whatever the model says). It is
             // charged at absolute cost all the same, and what it completes ahead of vnow
             // is forgiven (`VolumeCore::forgive_completed_ahead`), so when a neighbour
             // arrives it owes exactly its queue (design §5.9).
-            return self.go(io, abs, abs, abs, now.now_ns);
+            return self.go(io, abs, abs, abs, now_ns);
         }
+        let now = dev.now_at(now_ns);
         if v.background.load(Relaxed) && dev.foreground_active.load(Relaxed) {
             // Background behind an active foreground (design §13): no budget banked
             // while it waited, which a share donated to it later would turn into a
@@ -450,6 +451,10 @@ impl VolumeQos {
         let mut h = v.hist.lock().unwrap_or_else(|e| e.into_inner());
         let latency_class = v.latency_class.load(Relaxed);
         let latency_group = v.in_latency_group.load(Relaxed);
+        let target_ns = [cfg.params.rlat_us, cfg.params.wlat_us].map(|us| u64::from(us) * 1000);
+        // A guest's requests are mostly of one kind and size: their transfer time is
+        // priced once per run of them.
+        let mut last_size = None;
         for (charge, t) in done {
             if latency_class || latency_group {
                 let wait_us = t.admitted_ns.saturating_sub(t.arrived_ns) / 1000;
@@ -473,14 +478,16 @@ impl VolumeQos {
                 continue;
             }
             let rw = usize::from(charge.kind == IoKind::Write);
-            let size_ns = cfg.model.size_cost(charge.kind, charge.len) / VTIME_PER_NSEC;
-            let target_ns = u64::from(if rw == 0 {
-                cfg.params.rlat_us
-            } else {
-                cfg.params.wlat_us
-            }) * 1000;
+            let size_ns = match last_size {
+                Some((kind, len, ns)) if kind == charge.kind && len == charge.len => ns,
+                _ => {
+                    let ns = cfg.model.size_cost(charge.kind, charge.len) / VTIME_PER_NSEC;
+                    last_size = Some((charge.kind, charge.len, ns));
+                    ns
+                }
+            };
             // The transfer time of a large request is credited: being large is not a miss.
-            if on_q_ns <= size_ns || on_q_ns - size_ns <= target_ns {
+            if on_q_ns <= size_ns || on_q_ns - size_ns <= target_ns[rw] {
                 met[rw] += 1;
             } else {
                 missed[rw] += 1;
@@ -634,23 +641,24 @@ impl VolumeQos {
         })
     }
 
-    /// Make sure the volume is active (design §3.3) and return the clock snapshot.
-    fn activate(&self, now_ns: u64) -> Now {
+    /// Make sure the volume is active (design §3.3). The vtime clock is read only to
+    /// activate it: a volume alone on the device does not need it.
+    fn activate(&self, now_ns: u64) {
         let dev = &*self.dev;
         let v = &*self.core;
-        let now = dev.now_at(now_ns);
         if v.on_active.load(Acquire) {
             let cp = dev.cur_period.load(Relaxed);
             if v.active_period.load(Relaxed) != cp {
                 v.active_period.store(cp, Relaxed);
             }
-            return now;
+            return;
         }
         let mut st = dev.lock();
         v.active_period.store(dev.cur_period.load(Relaxed), Relaxed);
         if v.on_active.load(Relaxed) {
-            return now;
+            return;
         }
+        let now = dev.now_at(now_ns);
         // Start with exactly the target budget: old credit and old overage are dropped.
         let target = st.margins.target as u64;
         let delta = now
@@ -680,7 +688,6 @@ impl VolumeQos {
             st.running = true;
             dev.start_period(&mut st, now);
         }
-        now
     }
 
     /// Cost at the current hweight_inuse; takes back donated weight in 25 % steps when
