@@ -4,66 +4,87 @@
 # native `vhost-iocost bench` client that polls its queue (4 KiB random reads, QD32, on
 # the other CPU) keeps it saturated. Instruction counts do not move with this machine's
 # placement and cache states, so they compare code paths that throughput cannot tell
-# apart here. Prints instructions per request for
-#   - this daemon on `kind = "null"`, QoS off and QoS on,
-#   - qemu-storage-daemon on null-co (its main loop),
-# and the daemon's instructions split by where they run (its own code, the QoS core,
-# vm-memory, virtio-queue, vhost-user-backend, libc). Start-up and shutdown are counted
-# too: about 0.3 % at the default runtime.
+# apart here. Counting runs from just before the client connects to just after it ends
+# (start-up is not counted), per thread. Prints, per request served:
+#   - this daemon on `kind = "null"` with QoS off; with QoS on alone on the device (its
+#     lone-volume path: nothing to protect, nothing throttled); and with QoS on beside a
+#     neighbour volume that reads 200 times a second (the full vtime path);
+#   - qemu-storage-daemon on null-co (its main loop);
+# for the thread that serves the queue and for the whole process (the daemon's planner
+# and control threads; qemu-storage-daemon's RCU and other threads), and the serving
+# thread's instructions split by where they run (the daemon's own code, the QoS core,
+# vm-memory, virtio-queue, vhost-user-backend, libc).
 #   usage: scripts/bench-instructions.sh [RUNTIME_SECONDS]   (needs valgrind, qemu-storage-daemon)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runtime=${1:-3}
-source scripts/lib.sh
-for tool in valgrind qemu-storage-daemon; do
+for tool in valgrind callgrind_control qemu-storage-daemon; do
     command -v "$tool" >/dev/null ||
         { echo "$tool is required (apt-get install valgrind qemu-system-common)"; exit 1; }
 done
+source scripts/lib.sh
 qsd_pid=
 trap 'if [ -n "$qsd_pid" ]; then kill "$qsd_pid" 2>/dev/null || true; fi; cleanup' EXIT
 
-# counted NAME SOCKET: saturates the server behind SOCKET for $runtime s; keeps the run's
-# JSON as $work/NAME.json.
+counting=(taskset -c 0 valgrind --tool=callgrind --collect-atstart=no --separate-threads=yes)
+
+# counted RUN PID TENANT...: counts the instructions of process PID while a client
+# drives TENANTs for $runtime s; keeps the client's JSON as $work/RUN.json.
 counted() {
-    taskset -c 1 "$bin" bench --json --runtime "${runtime}s" --ramp 0s \
-        --tenant "socket=$2,rw=randread,bs=4k,iodepth=32,poll=true" 2>/dev/null >"$work/$1.json"
+    local run=$1 pid=$2
+    shift 2
+    local tenants=()
+    for t in "$@"; do tenants+=(--tenant "$t"); done
+    callgrind_control -i on "$pid" >/dev/null
+    if ! taskset -c 1 "$bin" bench --json --runtime "${runtime}s" --ramp 0s "${tenants[@]}" \
+        >"$work/$run.json" 2>"$work/$run.err"; then
+        echo "bench failed for $run:"; cat "$work/$run.err"; exit 1
+    fi
+    callgrind_control -i off "$pid" >/dev/null
 }
 
-for qos in false true; do
+polling="rw=randread,bs=4k,iodepth=32,poll=true"
+volume() { printf '[[volume]]\nname = "%s"\nsocket = "%s.sock"\nsize = "1GiB"\n%s\n' "$1" "$1" "${2:-}"; }
+for run in qos-off qos-alone qos-neighbour; do
+    enable=true neighbour=
+    if [ "$run" = qos-off ]; then enable=false; fi
+    if [ "$run" = qos-neighbour ]; then neighbour=$(volume w 'offset = "1GiB"'); fi
     start_daemon "[device]
 kind = \"null\"
 [device.qos]
-enable = $qos
-[[volume]]
-name = \"v\"
-socket = \"v.sock\"
-size = \"1GiB\"" taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$work/qos-$qos.cg"
-    counted "qos-$qos" "$work/v.sock"
+enable = $enable
+$(volume v)
+$neighbour" "${counting[@]}" --callgrind-out-file="$work/$run.cg"
+    if [ -n "$neighbour" ]; then
+        counted "$run" "$daemon_pid" "socket=$work/v.sock,$polling" \
+            "socket=$work/w.sock,rw=randread,bs=4k,iodepth=1,rate_iops=200"
+    else
+        counted "$run" "$daemon_pid" "socket=$work/v.sock,$polling"
+    fi
     stop_daemon
 done
 
 rm -f "$work/q.sock"
-taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$work/qsd.cg" \
+"${counting[@]}" --callgrind-out-file="$work/qsd.cg" \
     qemu-storage-daemon --blockdev driver=null-co,node-name=n0,size=1073741824 \
     --export "type=vhost-user-blk,id=e0,node-name=n0,addr.type=unix,addr.path=$work/q.sock,writable=on,num-queues=1" \
     2>"$work/qsd.log" &
 qsd_pid=$!
 for _ in $(seq 300); do [ -S "$work/q.sock" ] && break; sleep 0.1; done
-counted qsd "$work/q.sock"
+counted qsd "$qsd_pid" "socket=$work/q.sock,$polling"
 kill "$qsd_pid"; wait "$qsd_pid" || true; qsd_pid=
 
-for run in qos-false qos-true qsd; do
-    callgrind_annotate --inclusive=no --auto=no --threshold=100 "$work/$run.cg" >"$work/$run.txt" 2>/dev/null
+for f in "$work"/*.cg-*; do
+    callgrind_annotate --inclusive=no --auto=no --threshold=100 "$f" >"$f.txt" 2>/dev/null
 done
 python3 - "$work" <<'PY'
-import json, re, sys
+import glob, json, re, sys
 work = sys.argv[1]
 
-def load(run):
-    """Requests served and (instructions, function) pairs from callgrind_annotate."""
-    ios = json.load(open(f"{work}/{run}.json"))["results"][0]["ios"]
-    funcs, total = [], None
-    for line in open(f"{work}/{run}.txt"):
+def functions(path):
+    """(instructions, function) pairs and the total from callgrind_annotate's listing."""
+    funcs, total = [], 0
+    for line in open(path):
         m = re.match(r"\s*([\d,]+) .*?\)\s+(\S.*)$", line)
         if not m:
             continue
@@ -72,7 +93,7 @@ def load(run):
             total = n
         else:
             funcs.append((n, m.group(2)))
-    return ios, total, funcs
+    return total, funcs
 
 def component(where):
     """Where an instruction ran, from the function's name (inlined code is counted
@@ -80,34 +101,45 @@ def component(where):
     path, _, func = where.partition(":")
     func = func.lstrip("<")
     for prefix, name in [("vhost_iocost::qos", "QoS core"), ("vhost_iocost::cost_model", "QoS core"),
-                         ("vhost_iocost", "daemon"), ("vm_memory", "vm-memory"),
-                         ("virtio_queue", "virtio-queue"), ("vhost_user_backend", "vhost-user-backend")]:
+                         ("vhost_iocost::planner", "QoS core"), ("vhost_iocost", "daemon"),
+                         ("vm_memory", "vm-memory"), ("virtio_queue", "virtio-queue"),
+                         ("vhost_user_backend", "vhost-user-backend")]:
         if func.startswith(prefix):
             return name
     if "libc.so" in where or path.startswith("./"):
         return "libc (malloc, memcpy)"
     return "other (std, io-uring, vmm-sys-util)"
 
-rows = {}
-for run in ["qos-false", "qos-true", "qsd"]:
-    rows[run] = load(run)
-qsd_ios, qsd_total, _ = rows["qsd"]
-per = lambda run: rows[run][1] / rows[run][0]
-print("| server, null device, polling client at QD32 | requests counted | instructions per request | x qemu-storage-daemon |")
+runs = {}
+for run in ["qos-off", "qos-alone", "qos-neighbour", "qsd"]:
+    served = json.load(open(f"{work}/{run}.json"))["results"][0]["completed"]
+    threads = [functions(f) for f in sorted(glob.glob(f"{work}/{run}.cg-*.txt"))]
+    serving = max(threads, key=lambda t: t[0])
+    runs[run] = (served, serving, sum(t[0] for t in threads))
+
+labels = {"qos-off": "vhost-iocost, QoS off", "qos-alone": "vhost-iocost, QoS on, alone",
+          "qos-neighbour": "vhost-iocost, QoS on, beside a neighbour",
+          "qsd": "qemu-storage-daemon, null-co"}
+thread = lambda run: runs[run][1][0] / runs[run][0]
+process = lambda run: runs[run][2] / runs[run][0]
+print("| server, null device, polling client at QD32 | requests | serving thread | × qemu-storage-daemon | whole process | × qemu-storage-daemon |")
+print("|---|---|---|---|---|---|")
+for run, label in labels.items():
+    print(f"| {label} | {runs[run][0]:,} | {thread(run):,.0f} | {thread(run) / thread('qsd'):.2f} "
+          f"| {process(run):,.0f} | {process(run) / process('qsd'):.2f} |")
+for run in ["qos-alone", "qos-neighbour"]:
+    print(f"\n{labels[run]} / QoS off, serving thread: {thread(run) / thread('qos-off'):.3f}; "
+          f"whole process: {process(run) / process('qos-off'):.3f}")
+print("\nthe daemon's serving thread, instructions per request by where they run:")
+print("| component | " + " | ".join(labels[r] for r in ["qos-off", "qos-alone", "qos-neighbour"]) + " |")
 print("|---|---|---|---|")
-for run, label in [("qos-false", "vhost-iocost, QoS off"), ("qos-true", "vhost-iocost, QoS on"),
-                   ("qsd", "qemu-storage-daemon, null-co")]:
-    print(f"| {label} | {rows[run][0]:,} | {per(run):,.0f} | {per(run) / per('qsd'):.2f} |")
-print(f"\nQoS on / off, instructions per request: {per('qos-true') / per('qos-false'):.3f}")
-for run, label in [("qos-false", "QoS off"), ("qos-true", "QoS on")]:
-    ios, total, funcs = rows[run]
-    split = {}
+splits = {}
+for run in ["qos-off", "qos-alone", "qos-neighbour"]:
+    served, (total, funcs), _ = runs[run]
     for n, where in funcs:
         c = component(where)
-        split[c] = split.get(c, 0) + n
-    print(f"\nvhost-iocost, {label}, instructions per request by where they run:")
-    print("| component | instructions | share |")
-    print("|---|---|---|")
-    for c, n in sorted(split.items(), key=lambda kv: -kv[1]):
-        print(f"| {c} | {n / ios:,.0f} | {100 * n / total:.0f} % |")
+        splits.setdefault(c, {}).setdefault(run, 0)
+        splits[c][run] += n / served
+for c, per in sorted(splits.items(), key=lambda kv: -kv[1].get("qos-off", 0)):
+    print(f"| {c} | " + " | ".join(f"{per.get(r, 0):,.0f}" for r in ["qos-off", "qos-alone", "qos-neighbour"]) + " |")
 PY

@@ -45,6 +45,8 @@ fuzz_target!(|data: &[u8]| {
         max_write_zeroes_sectors: 1024,
     };
     let mut layout = ChainLayout::default();
+    // The last request's data vector, reused uncleared as the worker reuses them.
+    let mut spare = Vec::new();
     // The worker stops once the ring's size of chains is outstanding.
     for _ in 0..size {
         let Some(chain) = queue.pop_descriptor_chain(&mem) else {
@@ -52,8 +54,9 @@ fuzz_target!(|data: &[u8]| {
         };
         // The head comes from the avail ring unchecked: it may lie outside the table.
         let head = chain.head_index();
-        if let Ok(req) = parse_chain(chain, &mut layout, &limits, Vec::new()) {
+        if let Ok(req) = parse_chain(chain, &mut layout, &limits, std::mem::take(&mut spare)) {
             common::check_accepted(&req, &limits);
+            spare = req.data;
         }
         // Returned at once, as the worker returns a refused chain (add_used refuses a
         // head outside the table; the worker logs that).

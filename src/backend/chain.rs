@@ -39,7 +39,8 @@ where
     }
     request::parse_reusing(layout, limits, data, |addr, buf| {
         let addr = GuestAddress(addr);
-        // A header almost always lies in one region: one lookup, one copy.
+        // A header (or discard segment) almost always lies in one region: one lookup,
+        // one copy.
         match mem.get_slice(addr, buf.len()) {
             Ok(slice) => slice.copy_to(buf) == buf.len(),
             Err(_) => mem.read_slice(buf, addr).is_ok(),

@@ -641,8 +641,8 @@ impl VolumeQos {
         })
     }
 
-    /// Make sure the volume is active (design §3.3). The vtime clock is read only to
-    /// activate it: a volume alone on the device does not need it.
+    /// Make sure the volume is active (design §3.3). Reads the vtime clock only when it
+    /// activates the volume: the lone-volume path needs none.
     fn activate(&self, now_ns: u64) {
         let dev = &*self.dev;
         let v = &*self.core;

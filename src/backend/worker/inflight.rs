@@ -37,6 +37,8 @@ pub(super) struct InFlight<T> {
     guest_written: u32,
     iovecs: Vec<libc::iovec>,
     /// O_DIRECT bounce buffer and, for reads, the guest segments to copy it back into.
+    /// On a write-zeroes request, the zeroed buffer of its retry as a write
+    /// ([`zeroes_to_write`]).
     bounce: Option<BounceBuffer>,
     copy_back: Vec<Segment>,
     /// Keeps the guest memory mapped until the kernel is done with it, even if the
@@ -313,7 +315,7 @@ impl<A: Admission> Worker<A> {
             self.in_flight_count -= 1;
             // Checked before the record moves again: it is large, and this is per request.
             if zeroes_to_write(&record, result) {
-                self.write_zeroes(record);
+                self.write_zeroes_from_buffer(record);
             } else {
                 self.complete_one(record, result, true, now);
             }
@@ -324,7 +326,7 @@ impl<A: Admission> Worker<A> {
 
     /// Writes the zeroes of a write-zeroes request the filesystem could not zero
     /// ([`zeroes_to_write`]) from a zeroed buffer.
-    fn write_zeroes(&mut self, mut record: InFlight<A::Ticket>) {
+    fn write_zeroes_from_buffer(&mut self, mut record: InFlight<A::Ticket>) {
         let disk = &self.volume.disk;
         let buffer = BounceBuffer::zeroed(
             record.io.len as usize,
@@ -358,7 +360,7 @@ impl<A: Admission> Worker<A> {
             RequestKind::Read | RequestKind::Write if vol.disk.file.is_some() => {
                 record.io.len as i64
             }
-            // Zeroes written from a buffer (`write_zeroes`): a write's byte count.
+            // Zeroes written from a buffer (`write_zeroes_from_buffer`): a write's byte count.
             RequestKind::WriteZeroes { .. } if record.bounce.is_some() => record.io.len as i64,
             _ => 0,
         };

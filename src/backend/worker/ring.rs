@@ -104,12 +104,12 @@ impl<A: Admission> Worker<A> {
             // been handled; the extra syscalls grow only with the log of the batch.
             // (QD32 on the benchmark VM: 0.83-0.86 of fio's IOPS without, 0.91-0.93 with.)
             // The chains up to the next of these points are popped together.
-            let want = (popped + 1).next_power_of_two() - popped;
-            let full = self.pop_chains(vring, queue, mem, want, &mut chains);
+            let want = chains_to_next_submit(popped);
+            let ring_full = self.pop_chains(vring, queue, mem, want, &mut chains);
             let got = chains.len();
             if got == 0 {
                 self.popped_chains = chains;
-                if full && Self::pending(vring, mem) > 0 {
+                if ring_full && Self::pending(vring, mem) > 0 {
                     // More chains than the ring holds: descriptors are being reused while
                     // still ours. Stop rather than queue without bound.
                     self.mark_broken(queue, "more chains outstanding than the ring size");
@@ -136,8 +136,9 @@ impl<A: Admission> Worker<A> {
                 self.layout = layout;
             }
             if got < want {
-                // The ring had no more: look again (the guest may have published since),
-                // and leave the submission to the caller if it still has none.
+                // The ring had no more, or the guest has a ring's worth outstanding: look
+                // again (it may have published, or chains may have been returned, since);
+                // an empty look ends the pass and leaves the submission to the caller.
                 continue;
             }
             // From the 8th chain on, while more of the batch waits to be parsed, what has
@@ -285,22 +286,19 @@ impl<A: Admission> Worker<A> {
         match (e.status(), request::locate_status(layout)) {
             (Some(status), Ok((addr, _))) => self.finish(queue, head, addr, status, 0, mem),
             // Nowhere to put a status: return the chain with nothing written.
-            _ => self.return_chain(queue, head, 0, mem),
+            _ => self.return_chain(queue, head, 0),
         }
     }
 
-    /// Puts the chain on the used ring, through `mem`, the map the chain was popped
-    /// with (the ring's own `add_used` would load the current map once per entry).
-    fn return_chain(&mut self, queue: u16, head: u16, used_len: u32, mem: &Mem) {
+    /// Puts the chain on the used ring, through the current memory map: the one the
+    /// chain was popped with may hold regions the frontend has removed since, which are
+    /// no longer guarded against SIGBUS ([`crate::backend::sigbus`]).
+    fn return_chain(&mut self, queue: u16, head: u16, used_len: u32) {
         if let Some(n) = self.outstanding.get_mut(queue as usize) {
             *n = n.saturating_sub(1);
         }
         if let Some(vring) = self.vrings.get(queue as usize) {
-            let added = vring
-                .get_mut()
-                .get_queue_mut()
-                .add_used(mem, head, used_len);
-            if let Err(e) = added {
+            if let Err(e) = vring.add_used(head, used_len) {
                 if let Some(suppressed) = self.warn.check() {
                     let queue = self.guest_queue(queue);
                     tracing::warn!(volume = %self.volume.name, queue, suppressed, "add_used failed: {e}");
@@ -328,7 +326,7 @@ impl<A: Admission> Worker<A> {
         let status_ok = mem
             .get_slice(GuestAddress(status_addr), 1)
             .is_ok_and(|slice| slice.store(status, 0, Ordering::Relaxed).is_ok());
-        self.return_chain(queue, head, if status_ok { written + 1 } else { 0 }, mem);
+        self.return_chain(queue, head, if status_ok { written + 1 } else { 0 });
     }
 
     pub(super) fn notify_guest(&mut self) {
@@ -343,5 +341,32 @@ impl<A: Admission> Worker<A> {
                 }
             }
         }
+    }
+}
+
+/// How many chains a pass that has popped `popped` pops before its next early submit
+/// (the 1st, 2nd, 4th, 8th... chain): one run of [`Worker::pop_chains`].
+fn chains_to_next_submit(popped: usize) -> usize {
+    (popped + 1).next_power_of_two() - popped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chains_to_next_submit;
+
+    #[test]
+    fn runs_of_chains_end_at_the_early_submits() {
+        // A pass that always gets what it asks for submits after 1, 2, 4, 8... chains.
+        let mut popped = 0;
+        let mut submits = Vec::new();
+        while popped < 64 {
+            popped += chains_to_next_submit(popped);
+            submits.push(popped);
+        }
+        assert_eq!(submits, [1, 2, 4, 8, 16, 32, 64]);
+        // A short run (the ring had 3 of the 4 asked for) resumes towards the same point.
+        assert_eq!(chains_to_next_submit(3), 1);
+        assert_eq!(chains_to_next_submit(5), 3);
+        assert_eq!(chains_to_next_submit(8), 8);
     }
 }
