@@ -7,8 +7,9 @@
 # apart here. Counting runs from just before the client connects to just after it ends
 # (start-up is not counted), per thread. Prints, per request served:
 #   - this daemon on `kind = "null"` with QoS off; with QoS on alone on the device (its
-#     lone-volume path: nothing to protect, nothing throttled); and with QoS on beside a
-#     neighbour volume that reads 200 times a second (the full vtime path);
+#     lone-volume path: nothing to protect); and with QoS on beside a neighbour volume
+#     that reads 200 times a second (the full vtime path), the model set far faster
+#     than the daemon so that no budget binds;
 #   - qemu-storage-daemon on null-co (its main loop);
 # for the thread that serves the queue and for the whole process (the daemon's planner
 # and control threads; qemu-storage-daemon's RCU and other threads), and the serving
@@ -26,7 +27,7 @@ source scripts/lib.sh
 qsd_pid=
 trap 'if [ -n "$qsd_pid" ]; then kill "$qsd_pid" 2>/dev/null || true; fi; cleanup' EXIT
 
-counting=(taskset -c 0 valgrind --tool=callgrind --collect-atstart=no --separate-threads=yes)
+counting=(taskset -c 0 valgrind --tool=callgrind --instr-atstart=no --separate-threads=yes)
 
 # counted RUN PID TENANT...: counts the instructions of process PID while a client
 # drives TENANTs for $runtime s; keeps the client's JSON as $work/RUN.json.
@@ -35,12 +36,12 @@ counted() {
     shift 2
     local tenants=()
     for t in "$@"; do tenants+=(--tenant "$t"); done
-    callgrind_control -i on "$pid" >/dev/null
+    callgrind_control -i on "$pid" >/dev/null 2>&1
     if ! taskset -c 1 "$bin" bench --json --runtime "${runtime}s" --ramp 0s "${tenants[@]}" \
         >"$work/$run.json" 2>"$work/$run.err"; then
         echo "bench failed for $run:"; cat "$work/$run.err"; exit 1
     fi
-    callgrind_control -i off "$pid" >/dev/null
+    callgrind_control -i off "$pid" >/dev/null 2>&1
 }
 
 polling="rw=randread,bs=4k,iodepth=32,poll=true"
@@ -49,8 +50,17 @@ for run in qos-off qos-alone qos-neighbour; do
     enable=true neighbour=
     if [ "$run" = qos-off ]; then enable=false; fi
     if [ "$run" = qos-neighbour ]; then neighbour=$(volume w 'offset = "1GiB"'); fi
+    # A model far faster than the daemon can go: budgets never bind, so the QoS rows
+    # count pricing and admission, not throttling.
     start_daemon "[device]
 kind = \"null\"
+[device.model]
+rbps = 1000000000000
+rseqiops = 100000000
+rrandiops = 100000000
+wbps = 1000000000000
+wseqiops = 100000000
+wrandiops = 100000000
 [device.qos]
 enable = $enable
 $(volume v)
