@@ -8,7 +8,9 @@
 //! that out, and not every frontend seals.
 //!
 //! So the daemon handles SIGBUS itself. Every mapped guest region is registered here
-//! ([`Registration`]). A fault inside one is answered by mapping a private zero page
+//! ([`Registration`]), for as long as a memory table holding it is in use: a request
+//! in flight writes its status byte through the table it was popped with, though the
+//! frontend may have replaced that table since. A fault inside one is answered by mapping a private zero page
 //! over the faulting page, so the access is retried and reads zeroes; the region is
 //! marked, and the volume's worker logs it ([`Registration::faulted`]). A fault anywhere
 //! else gets the default action, as before: it is a bug, not a guest.

@@ -62,9 +62,9 @@ pub struct VolumeBackend<A: Admission> {
     pub handshake: Arc<super::handshake::Handshake>,
     /// Refused memory tables are logged at most once a second.
     refused: Mutex<crate::logging::LogLimiter>,
-    /// The accepted memory table's regions, guarded against SIGBUS
-    /// ([`super::sigbus`]).
-    guarded: Mutex<super::sigbus::Registration>,
+    /// The memory tables whose regions are guarded against SIGBUS ([`super::sigbus`]):
+    /// the accepted one, and older ones still held by requests in flight.
+    guarded: Mutex<Vec<GuardedTable>>,
     /// [`super::sigbus::Registration::faults`] when this volume last looked.
     seen_faults: std::sync::atomic::AtomicUsize,
     /// Written once the connection is over: the vring worker threads end (see
@@ -75,6 +75,13 @@ pub struct VolumeBackend<A: Admission> {
     /// The last memory table accepted: its regions hold the migration log, if one was
     /// set, for the next table's regions ([`super::dirty_log::carry_over`]).
     seen_mem: Mutex<Option<Arc<Mem>>>,
+}
+
+/// A memory table's regions registered with the SIGBUS handler, for as long as the table
+/// is mapped.
+struct GuardedTable {
+    table: std::sync::Weak<Mem>,
+    registration: super::sigbus::Registration,
 }
 
 impl<A: Admission> VolumeBackend<A> {
@@ -105,7 +112,7 @@ impl<A: Admission> VolumeBackend<A> {
             refused: Mutex::new(crate::logging::LogLimiter::new(
                 std::time::Duration::from_secs(1),
             )),
-            guarded: Mutex::new(super::sigbus::Registration::default()),
+            guarded: Mutex::new(Vec::new()),
             seen_faults: std::sync::atomic::AtomicUsize::new(0),
             exit_evt: vmm_sys_util::eventfd::EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC)?,
             backend_req: Mutex::new(None),
@@ -151,7 +158,8 @@ impl<A: Admission> VolumeBackend<A> {
             .guarded
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .faulted();
+            .iter()
+            .fold(false, |any, t| t.registration.faulted() | any);
         if mine
             && self
                 .refused
@@ -333,16 +341,26 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
     /// ([`super::guest_memory::check`]) is unmapped at once and the request fails; the
     /// volume's queues then see no memory until a valid table arrives.
     fn update_memory(&self, mem: GuestMemoryAtomic<Mem>) -> io::Result<()> {
-        let guard = |mem: &Mem| {
-            let ranges = mem.iter().map(|r| (r.as_ptr() as usize, r.len() as usize));
-            *self.guarded.lock().unwrap_or_else(|e| e.into_inner()) =
-                super::sigbus::Registration::new(ranges);
+        let guard = |table: &Arc<Mem>| {
+            let ranges = table
+                .iter()
+                .map(|r| (r.as_ptr() as usize, r.len() as usize));
+            let mut guarded = self.guarded.lock().unwrap_or_else(|e| e.into_inner());
+            // A request popped with an older table writes its status byte (and a bounced
+            // read) through it: its regions stay guarded, though the frontend may have
+            // removed and shrunk them since, until nothing holds the table (pruned here,
+            // at the next table).
+            guarded.retain(|t| t.table.strong_count() > 0);
+            guarded.push(GuardedTable {
+                table: Arc::downgrade(table),
+                registration: super::sigbus::Registration::new(ranges),
+            });
         };
         if let Err(e) = super::guest_memory::check(&mem.memory()) {
             mem.lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .replace(Mem::new());
-            guard(&Mem::new());
+            guard(&mem.memory().into_inner());
             let log = self
                 .refused
                 .lock()
@@ -354,7 +372,7 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
             *self.mem.write().unwrap_or_else(|e| e.into_inner()) = mem;
             return Err(io::Error::other(e));
         }
-        guard(&mem.memory());
+        guard(&mem.memory().into_inner());
         {
             // The table this replaces: the crate has swapped it out of `mem` already.
             let new = mem.memory().into_inner();

@@ -264,6 +264,63 @@ fn a_frontend_shrinking_its_memory_does_not_take_the_daemon_down() {
     both_volumes_serve(&d);
 }
 
+/// A frontend removes a memory region (REM_MEM_REG) while a request whose status byte
+/// lies in it is in flight, and truncates the region's file. The request completes
+/// through the memory table it was popped with, where the region is still mapped: its
+/// status byte write faults, and must read as zeroes for the daemon, not kill it.
+#[test]
+fn a_region_removed_and_shrunk_under_a_request_in_flight_does_not_take_the_daemon_down() {
+    use vhost::vhost_user::VhostUserFrontend;
+    let stall = r#"
+[[device.emulated.faults]]
+volume = "v"
+op = "read"
+error = "stall"
+stall = "1s"
+count = 1
+"#;
+    let d = DaemonProcess::start(&config(
+        &format!("{}{stall}", crate::devices::FAST_DEVICE),
+        &(volume("v", 0, 8, "") + &volume("n", 8, 8, "")),
+    ));
+    let opts = Options {
+        split_memory: true,
+        add_mem_region: true,
+        // The avail event says when the daemon has popped the request.
+        event_idx: true,
+        ..Options::default()
+    };
+    let mut f = RawFrontend::connect(&d.socket("v"), opts);
+    let hdr = f.put(&header(T_IN, 0));
+    let data = f.alloc(4096);
+    assert!(
+        data + 4096 <= SPLIT_AT,
+        "the data buffer is in the first region"
+    );
+    let status = SPLIT_AT + 0x1000;
+    f.write(status, &[STATUS_UNSET]);
+    f.submit(
+        0,
+        &[Desc::r(hdr, 16), Desc::w(data, 4096), Desc::w(status, 1)],
+    );
+    f.kick(0);
+    assert!(f.wait_consumed(0, 1), "the daemon popped the request");
+    let second = crate::virtqueue::region_infos(&f.mem)[1];
+    f.frontend.remove_mem_region(&second).unwrap();
+    let region =
+        vm_memory::GuestMemoryBackend::find_region(&f.mem, vm_memory::GuestAddress(SPLIT_AT))
+            .unwrap();
+    region.file_offset().unwrap().file().set_len(0).unwrap();
+    // The stall ends after 1 s and the request fails: its status goes to the shrunk page.
+    assert!(
+        d.wait_for_log("shrank its guest memory file"),
+        "{}",
+        d.log_text()
+    );
+    drop(f);
+    both_volumes_serve(&d);
+}
+
 /// A client that connects and says nothing, or half a message header, would keep the
 /// volume from its real frontend: after the handshake deadline the daemon hangs up.
 #[test]

@@ -290,9 +290,9 @@ impl<A: Admission> Worker<A> {
         }
     }
 
-    /// Puts the chain on the used ring, through the current memory map: the one the
-    /// chain was popped with may hold regions the frontend has removed since, which are
-    /// no longer guarded against SIGBUS ([`crate::backend::sigbus`]).
+    /// Puts the chain on the used ring, through the current memory map (the ring's own
+    /// `add_used`): the map the chain was popped with may hold regions the frontend has
+    /// removed or replaced since, and the used ring is what the frontend reads now.
     fn return_chain(&mut self, queue: u16, head: u16, used_len: u32) {
         if let Some(n) = self.outstanding.get_mut(queue as usize) {
             *n = n.saturating_sub(1);
