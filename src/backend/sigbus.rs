@@ -8,12 +8,13 @@
 //! that out, and not every frontend seals.
 //!
 //! So the daemon handles SIGBUS itself. Every mapped guest region is registered here
-//! ([`Registration`]), for as long as a memory table holding it is in use: a request
-//! in flight writes its status byte through the table it was popped with, though the
-//! frontend may have replaced that table since. A fault inside one is answered by mapping a private zero page
-//! over the faulting page, so the access is retried and reads zeroes; the region is
-//! marked, and the volume's worker logs it ([`Registration::faulted`]). A fault anywhere
-//! else gets the default action, as before: it is a bug, not a guest.
+//! ([`Registration`]), for as long as a memory table holding it is in use: a request in
+//! flight writes its status byte through the table it was popped with, though the
+//! frontend may have replaced that table since. A fault inside a registered region is
+//! answered by mapping a private zero page over the faulting page, so the access is
+//! retried and reads zeroes; the region is marked, and the volume's worker logs it
+//! ([`Registration::faulted`]). A fault anywhere else gets the default action: it is a
+//! bug, not a guest.
 //!
 //! Only the daemon's own accesses fault this way (ring indices and descriptors, request
 //! headers, bounce copies); the kernel's accesses on io_uring's behalf fail that request
