@@ -128,8 +128,15 @@ fn install() {
 
 extern "C" fn on_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
-    let addr = unsafe { (*info).si_addr() } as usize;
-    for s in REGIONS.iter() {
+    let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
+    // Only an access past the end of a mapped file (BUS_ADRERR) is a frontend's doing; a
+    // memory error (BUS_MCEERR_*) or a misaligned access is not answered with zeroes.
+    let regions = if code == libc::BUS_ADRERR {
+        &REGIONS[..]
+    } else {
+        &[]
+    };
+    for s in regions {
         let (start, end) = (s.start.load(Acquire), s.end.load(Acquire));
         if start <= addr && addr < end && end != usize::MAX {
             let page = addr & !(PAGE_SIZE.load(Relaxed) - 1);

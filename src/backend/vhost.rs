@@ -77,8 +77,8 @@ pub struct VolumeBackend<A: Admission> {
     seen_mem: Mutex<Option<Arc<Mem>>>,
 }
 
-/// A memory table's regions registered with the SIGBUS handler, for as long as the table
-/// is mapped.
+/// A memory table's regions registered with the SIGBUS handler, until the next table
+/// finds that nothing can use it any more (`VolumeBackend::guard`).
 struct GuardedTable {
     table: std::sync::Weak<Mem>,
     registration: super::sigbus::Registration,
@@ -174,6 +174,32 @@ impl<A: Admission> VolumeBackend<A> {
                  now reads as zeroes for this daemon; the VMM is broken or hostile"
             );
         }
+    }
+
+    /// Registers `table`'s regions with the SIGBUS handler, and unregisters the tables
+    /// nothing can use any more. A request popped with an older table writes its status
+    /// byte (and a bounced read) through it, though the frontend may have removed and
+    /// shrunk its regions since: a table stays guarded while anything but `seen_mem`
+    /// holds it (once the crate has published a newer one, nothing can load it again).
+    fn guard(&self, table: &Arc<Mem>) {
+        let last_accepted = self
+            .seen_mem
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(Arc::as_ptr);
+        let mut guarded = self.guarded.lock().unwrap_or_else(|e| e.into_inner());
+        guarded.retain(|t| {
+            let ours = usize::from(Some(t.table.as_ptr()) == last_accepted);
+            t.table.strong_count() > ours
+        });
+        let ranges = table
+            .iter()
+            .map(|r| (r.as_ptr() as usize, r.len() as usize));
+        guarded.push(GuardedTable {
+            table: Arc::downgrade(table),
+            registration: super::sigbus::Registration::new(ranges),
+        });
     }
 
     pub fn tokens(&self) -> Tokens {
@@ -341,26 +367,14 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
     /// ([`super::guest_memory::check`]) is unmapped at once and the request fails; the
     /// volume's queues then see no memory until a valid table arrives.
     fn update_memory(&self, mem: GuestMemoryAtomic<Mem>) -> io::Result<()> {
-        let guard = |table: &Arc<Mem>| {
-            let ranges = table
-                .iter()
-                .map(|r| (r.as_ptr() as usize, r.len() as usize));
-            let mut guarded = self.guarded.lock().unwrap_or_else(|e| e.into_inner());
-            // A request popped with an older table writes its status byte (and a bounced
-            // read) through it: its regions stay guarded, though the frontend may have
-            // removed and shrunk them since, until nothing holds the table (pruned here,
-            // at the next table).
-            guarded.retain(|t| t.table.strong_count() > 0);
-            guarded.push(GuardedTable {
-                table: Arc::downgrade(table),
-                registration: super::sigbus::Registration::new(ranges),
-            });
-        };
-        if let Err(e) = super::guest_memory::check(&mem.memory()) {
+        // The crate has published the table already, so a worker may be using it even if
+        // it is refused below: guard it first.
+        let table = mem.memory().into_inner();
+        self.guard(&table);
+        if let Err(e) = super::guest_memory::check(&table) {
             mem.lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .replace(Mem::new());
-            guard(&mem.memory().into_inner());
             let log = self
                 .refused
                 .lock()
@@ -372,7 +386,6 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
             *self.mem.write().unwrap_or_else(|e| e.into_inner()) = mem;
             return Err(io::Error::other(e));
         }
-        guard(&mem.memory().into_inner());
         {
             // The table this replaces: the crate has swapped it out of `mem` already.
             let new = mem.memory().into_inner();

@@ -276,7 +276,7 @@ fn a_region_removed_and_shrunk_under_a_request_in_flight_does_not_take_the_daemo
 volume = "v"
 op = "read"
 error = "stall"
-stall = "1s"
+stall = "2s"
 count = 1
 "#;
     let d = DaemonProcess::start(&config(
@@ -311,12 +311,15 @@ count = 1
         vm_memory::GuestMemoryBackend::find_region(&f.mem, vm_memory::GuestAddress(SPLIT_AT))
             .unwrap();
     region.file_offset().unwrap().file().set_len(0).unwrap();
-    // The stall ends after 1 s and the request fails: its status goes to the shrunk page.
+    // The stall ends after 2 s and the request fails: its status goes to the shrunk page.
     assert!(
         d.wait_for_log("shrank its guest memory file"),
         "{}",
         d.log_text()
     );
+    // The used ring is in the first region: the chain came back, with its status byte.
+    let used = f.wait_used(0, 1);
+    assert_eq!((used[0].head, used[0].len), (0, 1));
     drop(f);
     both_volumes_serve(&d);
 }
