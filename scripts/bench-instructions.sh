@@ -50,17 +50,10 @@ for run in qos-off qos-alone qos-neighbour; do
     enable=true neighbour=
     if [ "$run" = qos-off ]; then enable=false; fi
     if [ "$run" = qos-neighbour ]; then neighbour=$(volume w 'offset = "1GiB"'); fi
-    # A model far faster than the daemon can go: budgets never bind, so the QoS rows
-    # count pricing and admission, not throttling.
+    # Budgets never bind: the QoS rows count pricing and admission, not throttling.
     start_daemon "[device]
 kind = \"null\"
-[device.model]
-rbps = 1000000000000
-rseqiops = 100000000
-rrandiops = 100000000
-wbps = 1000000000000
-wseqiops = 100000000
-wrandiops = 100000000
+$unbinding_model
 [device.qos]
 enable = $enable
 $(volume v)

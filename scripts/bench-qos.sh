@@ -35,17 +35,10 @@ wqd=${WRITER_QD:-8}
 if [ "$section" = all ] || [ "$section" = 1 ]; then
 echo "== 1. null device, 4 KiB randread QD32, runtime ${runtime}s, CPUs ${CPUS:-not pinned}"
 for enable in false true false true false true; do
-    # A model far faster than the daemon can go: budgets never bind, so this measures the
-    # cost of pricing and admitting every request, not throttling.
+    # Budgets never bind: this measures the cost of pricing and admitting every request.
     start_daemon "[device]
 kind = \"null\"
-[device.model]
-rbps = 1000000000000
-rseqiops = 100000000
-rrandiops = 100000000
-wbps = 1000000000000
-wseqiops = 100000000
-wrandiops = 100000000
+$unbinding_model
 [device.qos]
 enable = $enable
 [[volume]]

@@ -141,7 +141,10 @@ fn run(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     match vhost_iocost::stage_trace::write("daemon") {
         Ok(Some(path)) => tracing::info!(path = %path.display(), "stage trace written"),
         Ok(None) => {}
-        Err(e) => tracing::warn!("cannot write the stage trace (VHOST_IOCOST_STAGE_TRACE): {e}"),
+        Err(e) => tracing::warn!(
+            "cannot write the stage trace ({}): {e}",
+            vhost_iocost::stage_trace::ENV
+        ),
     }
     tracing::info!("stopped");
     Ok(())

@@ -146,10 +146,9 @@ impl<A: Admission> Worker<A> {
             },
             RequestKind::GetId => unreachable!("GET_ID is answered when popped"),
         };
-        // The iovecs hold what the data segments said; their vector goes to the next parse.
-        let mut data = p.req.request.data;
-        data.clear();
-        self.segment_pool.push(data);
+        // The iovecs hold what the data segments said; their vector goes to the next parse
+        // (which empties it).
+        self.segment_pool.push(p.req.request.data);
         let op = if disk.file.is_none() {
             DeviceOp::Nop
         } else {
