@@ -27,8 +27,10 @@ wrandiops = 100000000"
 
 work=$(mktemp -d /var/tmp/vhost-iocost-bench.XXXXXX)
 daemon_pid=
+# Every daemon start_daemon_in started, stopped or not.
+started_pids=()
 cleanup() {
-    if [ -n "$daemon_pid" ]; then kill "$daemon_pid" 2>/dev/null || true; fi
+    for pid in ${started_pids[@]+"${started_pids[@]}"}; do kill "$pid" 2>/dev/null || true; done
     wait 2>/dev/null || true
     rm -rf "$work"
 }
@@ -39,20 +41,35 @@ cargo build --release --quiet
 bin=$PWD/target/release/vhost-iocost
 
 # start_daemon CONFIG_TEXT [WRAPPER...]: runs the daemon in $work (under WRAPPER, e.g.
-# `taskset -c 1`) until it logs that it is serving.
-start_daemon() {
-    printf '%s\n' "$1" > "$work/config.toml"
-    shift
-    (cd "$work" && exec "$@" "$bin" run --config config.toml 2>"$work/daemon.log") &
+# `taskset -c 1`) until it logs that it is serving; $daemon_pid is its PID.
+start_daemon() { start_daemon_in "$work" "$@"; }
+
+# start_daemon_in DIR CONFIG_TEXT [WRAPPER...]: the same in DIR, which holds its config,
+# log and relative paths (sockets), so that several daemons can run at once.
+start_daemon_in() {
+    local dir=$1
+    mkdir -p "$dir"
+    printf '%s\n' "$2" > "$dir/config.toml"
+    shift 2
+    (cd "$dir" && exec "$@" "$bin" run --config config.toml 2>"$dir/daemon.log") &
     daemon_pid=$!
+    started_pids+=("$daemon_pid")
     for _ in $(seq 100); do
-        grep -q 'vhost-iocost running' "$work/daemon.log" 2>/dev/null && return
+        grep -q 'vhost-iocost running' "$dir/daemon.log" 2>/dev/null && return
         sleep 0.1
     done
-    echo "daemon did not start:"; cat "$work/daemon.log"; exit 1
+    echo "daemon did not start:"; cat "$dir/daemon.log"; exit 1
 }
 
-stop_daemon() { kill "$daemon_pid"; wait "$daemon_pid" || true; daemon_pid=; }
+# stop_daemon [PID]: stops the daemon with PID ($daemon_pid by default) and waits for it.
+stop_daemon() {
+    local pid=${1:-$daemon_pid} kept=() p
+    kill "$pid"
+    wait "$pid" || true
+    for p in "${started_pids[@]}"; do [ "$p" = "$pid" ] || kept+=("$p"); done
+    started_pids=(${kept[@]+"${kept[@]}"})
+    if [ "$pid" = "$daemon_pid" ]; then daemon_pid=; fi
+}
 
 # noisy_neighbour_config ENABLE: the daemon config of the noisy-neighbour runs: volumes
 # "reader" and "writer" (1 GiB each) on disk.img with $model, and QoS on or off.
