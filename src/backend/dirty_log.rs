@@ -17,6 +17,8 @@ use vhost_user_backend::bitmap::{AtomicBitmapMmap, BitmapReplace, MemRegionBitma
 use vm_memory::bitmap::{Bitmap, NewBitmap, RefSlice, WithBitmapSlice};
 use vm_memory::{Address, GuestMemoryRegion, GuestRegionMmap};
 
+use super::sigbus::{system_page_size, Registration};
+
 /// The log's page size, fixed by the vhost-user protocol.
 const LOG_PAGE: usize = 4096;
 
@@ -41,16 +43,26 @@ pub struct RegionLog {
     /// The region's guest-physical start and length, bytes.
     start: usize,
     len: usize,
+    /// The log bytes this region marks, guarded against the frontend shrinking the log's
+    /// file under the mapping, as guest memory is.
+    guard: Registration,
 }
 
 impl MemRegionBitmap for RegionLog {
     fn new<R: GuestMemoryRegion>(region: &R, log: Arc<MmapLogReg>) -> io::Result<Self> {
         // The crate's own constructor checks that the log covers the region.
         AtomicBitmapMmap::new(region, Arc::clone(&log))?;
+        let start = usize::try_from(region.start_addr().raw_value()).map_err(io::Error::other)?;
+        let len = usize::try_from(region.len()).map_err(io::Error::other)?;
+        let (first, last) = (start / LOG_PAGE / 8, (start + len - 1) / LOG_PAGE / 8);
+        let at = |byte: usize| &log[byte] as *const _ as usize;
+        // A log is a file of ordinary pages (QEMU's is a sealed memfd).
+        let guard = Registration::new([(at(first), last - first + 1, system_page_size())]);
         Ok(RegionLog {
             log,
-            start: usize::try_from(region.start_addr().raw_value()).map_err(io::Error::other)?,
-            len: usize::try_from(region.len()).map_err(io::Error::other)?,
+            start,
+            len,
+            guard,
         })
     }
 }
@@ -81,6 +93,13 @@ impl RegionLog {
 }
 
 impl DirtyLog {
+    /// Whether this region's part of the log has faulted (its file shrank under the
+    /// mapping) since the last call.
+    pub fn faulted(&self) -> bool {
+        let log = self.shared.log.read().unwrap_or_else(|e| e.into_inner());
+        log.as_ref().is_some_and(|l| l.guard.faulted())
+    }
+
     /// The log file this region marks, once one is set.
     fn log_file(&self) -> Option<Arc<MmapLogReg>> {
         let log = self.shared.log.read().unwrap_or_else(|e| e.into_inner());

@@ -16,6 +16,10 @@
 //! ([`Registration::faulted`]). A fault anywhere else gets the default action: it is a
 //! bug, not a guest.
 //!
+//! The zero page is as large as the region's pages: guest memory on hugetlbfs (QEMU's
+//! `memory-backend-file` on /dev/hugepages, a memfd with `hugetlb=on`) is mapped in huge
+//! pages, and the kernel refuses to replace part of one ([`page_size_of`]).
+//!
 //! Only the daemon's own accesses fault this way (ring indices and descriptors, request
 //! headers, bounce copies); the kernel's accesses on io_uring's behalf fail that request
 //! with EFAULT instead.
@@ -29,6 +33,8 @@ const SLOTS: usize = 4096;
 struct Slot {
     start: AtomicUsize,
     end: AtomicUsize,
+    /// The mapping's page size: what a zero page replaces.
+    page: AtomicUsize,
     faulted: AtomicBool,
 }
 
@@ -36,10 +42,10 @@ struct Slot {
 const EMPTY: Slot = Slot {
     start: AtomicUsize::new(0),
     end: AtomicUsize::new(0),
+    page: AtomicUsize::new(0),
     faulted: AtomicBool::new(false),
 };
 static REGIONS: [Slot; SLOTS] = [EMPTY; SLOTS];
-static PAGE_SIZE: AtomicUsize = AtomicUsize::new(4096);
 /// Faults in registered regions so far: a cheap check for the data path before
 /// [`Registration::faulted`].
 static FAULTS: AtomicUsize = AtomicUsize::new(0);
@@ -52,12 +58,18 @@ pub struct Registration {
 }
 
 impl Registration {
-    /// Register the mapped ranges `(address, length)` (and install the handler, once).
-    /// Ranges beyond the table's capacity are left unprotected, with a warning.
-    pub fn new(ranges: impl IntoIterator<Item = (usize, usize)>) -> Registration {
+    /// Register the mapped ranges `(address, length, page size)` (and install the
+    /// handler, once). Ranges beyond the table's capacity are left unprotected, with a
+    /// warning.
+    pub fn new(ranges: impl IntoIterator<Item = (usize, usize, usize)>) -> Registration {
         install();
         let mut slots = Vec::new();
-        for (start, len) in ranges {
+        for (start, len, page) in ranges {
+            let page = if page.is_power_of_two() {
+                page
+            } else {
+                system_page_size()
+            };
             let free = REGIONS.iter().position(|s| {
                 s.end
                     .compare_exchange(0, usize::MAX, AcqRel, Relaxed)
@@ -69,6 +81,7 @@ impl Registration {
             };
             let s = &REGIONS[i];
             s.faulted.store(false, Relaxed);
+            s.page.store(page, Relaxed);
             s.start.store(start, Release);
             s.end.store(start.saturating_add(len), Release);
             slots.push(i);
@@ -102,13 +115,34 @@ impl Drop for Registration {
     }
 }
 
+/// The page size of `file`'s shared mappings: its filesystem's block size on hugetlbfs
+/// (a memfd created with `MFD_HUGETLB` lives there too), the system's page size elsewhere.
+pub fn page_size_of(file: &std::fs::File) -> usize {
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: fstatfs writes into the zeroed struct it is given.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid descriptor and a valid out-pointer.
+    let huge = unsafe { libc::fstatfs(file.as_raw_fd(), &mut fs) } == 0
+        && fs.f_type == libc::HUGETLBFS_MAGIC
+        && fs.f_bsize > 0;
+    if huge {
+        fs.f_bsize as usize
+    } else {
+        system_page_size()
+    }
+}
+
+/// The system's (smallest) page size.
+pub fn system_page_size() -> usize {
+    // SAFETY: sysconf has no memory arguments.
+    match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        page if page > 0 => page as usize,
+        _ => 4096,
+    }
+}
+
 fn install() {
     INSTALL.call_once(|| {
-        // SAFETY: sysconf has no memory arguments.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        if page > 0 {
-            PAGE_SIZE.store(page as usize, Relaxed);
-        }
         // SAFETY: a zeroed sigaction is valid; the handler has the SA_SIGINFO signature
         // and only uses async-signal-safe calls (atomics, mmap, signal).
         unsafe {
@@ -139,13 +173,15 @@ extern "C" fn on_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mu
     for s in regions {
         let (start, end) = (s.start.load(Acquire), s.end.load(Acquire));
         if start <= addr && addr < end && end != usize::MAX {
-            let page = addr & !(PAGE_SIZE.load(Relaxed) - 1);
+            let size = s.page.load(Relaxed);
+            let page = addr & !(size - 1);
             // SAFETY: replaces one page of a guest mapping this process made (the
-            // region's bounds were registered with its mapping) by a private zero page.
+            // region's bounds and page size were registered with its mapping) by a
+            // private zero page.
             let p = unsafe {
                 libc::mmap(
                     page as *mut libc::c_void,
-                    PAGE_SIZE.load(Relaxed),
+                    size,
                     libc::PROT_READ | libc::PROT_WRITE,
                     libc::MAP_FIXED | libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                     -1,
@@ -169,14 +205,18 @@ mod tests {
     use super::*;
     use std::os::unix::io::{AsRawFd, FromRawFd};
 
+    /// Guest memory on hugetlbfs is tested through the daemon, in the hostile frontend's
+    /// tests (`tests/integration/hostile.rs`), which reserve the huge pages.
     #[test]
     fn a_shrunk_file_under_a_registered_mapping_reads_zeroes_and_is_reported() {
         // SAFETY: memfd_create with a NUL-terminated name; the fd is owned by the File.
         let fd = unsafe { libc::memfd_create(c"sigbus-test".as_ptr(), libc::MFD_CLOEXEC) };
-        assert!(fd >= 0);
+        assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
         // SAFETY: a fresh descriptor nothing else owns.
         let file = unsafe { std::fs::File::from_raw_fd(fd) };
-        let len = 4 * 4096;
+        let page = page_size_of(&file);
+        assert_eq!(page, system_page_size());
+        let len = 2 * page;
         file.set_len(len as u64).unwrap();
         // SAFETY: a new shared mapping of the memfd; unmapped at the end of the test.
         let map = unsafe {
@@ -189,21 +229,33 @@ mod tests {
                 0,
             )
         };
-        assert_ne!(map, libc::MAP_FAILED);
+        assert_ne!(
+            map,
+            libc::MAP_FAILED,
+            "mmap: {}",
+            std::io::Error::last_os_error()
+        );
         let bytes = map as *mut u8;
-        // SAFETY: inside the mapping, while the file is 4 pages long.
-        unsafe { bytes.add(4096 * 3).write_volatile(7) };
-        let reg = Registration::new([(map as usize, len)]);
+        // SAFETY: inside the mapping, while the file is two pages long.
+        unsafe {
+            bytes.add(5).write_volatile(7);
+            bytes.add(page + 5).write_volatile(7);
+        }
+        let reg = Registration::new([(map as usize, len, page)]);
         assert!(!reg.faulted());
-        file.set_len(4096).unwrap();
-        // SAFETY: page 3 is past the file's new end: SIGBUS, answered with a zero page.
-        let v = unsafe { bytes.add(4096 * 3 + 5).read_volatile() };
+        file.set_len(page as u64).unwrap();
+        // SAFETY: the second page is past the file's new end: SIGBUS, answered with a
+        // zero page.
+        let v = unsafe { bytes.add(page + 5).read_volatile() };
         assert_eq!(v, 0);
         assert!(reg.faulted());
         assert!(!reg.faulted(), "reported once");
-        // Page 0 is still the file's.
         // SAFETY: inside the file.
-        assert_eq!(unsafe { bytes.read_volatile() }, 0);
+        assert_eq!(
+            unsafe { bytes.add(5).read_volatile() },
+            7,
+            "the file's page is kept"
+        );
         drop(reg);
         // SAFETY: the mapping made above.
         unsafe { libc::munmap(map, len) };

@@ -151,27 +151,40 @@ impl<A: Admission> VolumeBackend<A> {
         let _ = self.exit_evt.write(1);
     }
 
-    /// Some guest region faulted (its file shrank under the mapping): say so if it was
-    /// this volume's.
+    /// Some guest region or migration log faulted (its file shrank under the mapping):
+    /// say so if it was this volume's.
     fn report_memory_fault(&self) {
-        let mine = self
+        let memory = self
             .guarded
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
             .fold(false, |any, t| t.registration.faulted() | any);
-        if mine
-            && self
-                .refused
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .check()
-                .is_some()
+        let log = self
+            .seen_mem
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(|m| {
+                m.iter()
+                    .fold(false, |any, r| (**r).bitmap().faulted() | any)
+            });
+        let what = match (memory, log) {
+            (true, _) => "its guest memory file under a mapped region: that memory now reads",
+            (false, true) => "its migration log under the mapping: the log now reads",
+            (false, false) => return,
+        };
+        if self
+            .refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .check()
+            .is_some()
         {
             tracing::warn!(
                 volume = %self.volume.name,
-                "the frontend shrank its guest memory file under a mapped region: that memory \
-                 now reads as zeroes for this daemon; the VMM is broken or hostile"
+                "the frontend shrank {what} as zeroes for this daemon; the VMM is broken or \
+                 hostile"
             );
         }
     }
@@ -193,9 +206,14 @@ impl<A: Admission> VolumeBackend<A> {
             let ours = usize::from(Some(t.table.as_ptr()) == last_accepted);
             t.table.strong_count() > ours
         });
-        let ranges = table
-            .iter()
-            .map(|r| (r.as_ptr() as usize, r.len() as usize));
+        let ranges = table.iter().map(|r| {
+            let page = r
+                .file_offset()
+                .map_or_else(super::sigbus::system_page_size, |f| {
+                    super::sigbus::page_size_of(f.file())
+                });
+            (r.as_ptr() as usize, r.len() as usize, page)
+        });
         guarded.push(GuardedTable {
             table: Arc::downgrade(table),
             registration: super::sigbus::Registration::new(ranges),

@@ -270,6 +270,17 @@ fn a_frontend_shrinking_its_memory_does_not_take_the_daemon_down() {
 /// status byte write faults, and must read as zeroes for the daemon, not kill it.
 #[test]
 fn a_region_removed_and_shrunk_under_a_request_in_flight_does_not_take_the_daemon_down() {
+    region_removed_and_shrunk_under_a_request_in_flight(false);
+}
+
+/// The same with guest RAM in huge pages, where the kernel refuses a small zero page
+/// inside a huge mapping.
+#[test]
+fn a_huge_page_region_removed_and_shrunk_under_a_request_does_not_take_the_daemon_down() {
+    region_removed_and_shrunk_under_a_request_in_flight(true);
+}
+
+fn region_removed_and_shrunk_under_a_request_in_flight(huge_pages: bool) {
     use vhost::vhost_user::VhostUserFrontend;
     let stall = r#"
 [[device.emulated.faults]]
@@ -285,6 +296,7 @@ count = 1
     ));
     let opts = Options {
         split_memory: true,
+        huge_pages,
         add_mem_region: true,
         // The avail event says when the daemon has popped the request.
         event_idx: true,
@@ -364,4 +376,43 @@ fn a_frontend_that_never_starts_the_handshake_is_disconnected() {
         assert_eq!(f.run(read), 0, "volume {name}");
     }
     assert_eq!(c.run(read), 0);
+}
+
+/// A frontend sets a migration log (SET_LOG_BASE) and then truncates the log's file: the
+/// daemon's next mark in the log faults, and must not kill it.
+#[test]
+fn a_dirty_log_shrunk_under_the_daemon_does_not_take_it_down() {
+    use std::os::fd::AsRawFd;
+    use vhost::{VhostBackend, VhostUserDirtyLogRegion};
+    let d = DaemonProcess::start(&config(
+        "",
+        &(volume("v", 0, 8, "") + &volume("n", 8, 8, "")),
+    ));
+    let opts = Options {
+        dirty_log: true,
+        ..Options::default()
+    };
+    let mut f = RawFrontend::connect(&d.socket("v"), opts);
+    let log = memfd(4096);
+    f.frontend
+        .set_log_base(
+            0,
+            Some(VhostUserDirtyLogRegion {
+                mmap_size: 4096,
+                mmap_offset: 0,
+                mmap_handle: log.as_raw_fd(),
+            }),
+        )
+        .unwrap();
+    log.set_len(0).unwrap();
+    let (chain, _) = f.rw_chain(T_IN, 0, 4096);
+    // The read itself is served; only its marks in the log fault.
+    assert_eq!(f.run(0, &chain).status, Some(S_OK as u8));
+    assert!(
+        d.wait_for_log("shrank its migration log"),
+        "{}",
+        d.log_text()
+    );
+    drop(f);
+    both_volumes_serve(&d);
 }

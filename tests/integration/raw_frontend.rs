@@ -57,6 +57,10 @@ pub struct Options {
     /// Guest RAM as two regions, each its own memfd, meeting at [`SPLIT_AT`] (as RAM
     /// around a hole or hot-plugged memory is), instead of one.
     pub split_memory: bool,
+    /// Guest RAM on hugetlbfs (memfds made with `MFD_HUGETLB`, as QEMU's
+    /// `memory-backend-memfd,hugetlb=on` or a `memory-backend-file` on /dev/hugepages),
+    /// the pool grown for it if needed.
+    pub huge_pages: bool,
     /// Negotiate BACKEND_REQ and hand the daemon a channel for its requests
     /// ([`RawFrontend::backend_channel`]), as QEMU does.
     pub backend_channel: bool,
@@ -72,6 +76,7 @@ impl Default for Options {
             event_idx: false,
             add_mem_region: false,
             split_memory: false,
+            huge_pages: false,
             backend_channel: false,
             dirty_log: false,
         }
@@ -88,6 +93,9 @@ pub struct RawFrontend {
     queues: Vec<Vq>,
     /// Request buffers, after the queue areas.
     buffers: Arena,
+    /// `Options::huge_pages`: the pool grown for `mem`, shrunk back after it (fields drop
+    /// in order).
+    _huge_pages: Option<virtqueue::HugePagePool>,
 }
 
 impl RawFrontend {
@@ -137,7 +145,10 @@ impl RawFrontend {
             "the device has {max_queues} queues"
         );
 
-        let mem = guest_ram(opts.split_memory);
+        let huge_pages = opts
+            .huge_pages
+            .then(|| virtqueue::HugePagePool::reserve(GUEST_SIZE));
+        let mem = guest_ram(opts.split_memory, opts.huge_pages);
         let infos = virtqueue::region_infos(&mem);
         if opts.add_mem_region {
             assert!(frontend.get_max_mem_slots().unwrap() >= infos.len() as u64);
@@ -158,6 +169,7 @@ impl RawFrontend {
                 GUEST_BASE + MAX_QUEUES * QUEUE_AREA,
                 GUEST_BASE + GUEST_SIZE,
             ),
+            _huge_pages: huge_pages,
         };
         for q in 0..opts.num_queues {
             let at = GUEST_BASE + q as u64 * QUEUE_AREA;
@@ -406,12 +418,14 @@ pub fn range_segment(sector: u64, num_sectors: u32, flags: u32) -> [u8; 16] {
 /// Where the two regions of split guest memory meet.
 pub const SPLIT_AT: u64 = GUEST_BASE + GUEST_SIZE / 2;
 
-/// Guest RAM from `GUEST_BASE`: one memfd region, or two meeting at `SPLIT_AT`.
-fn guest_ram(split: bool) -> GuestMemoryMmap<()> {
+/// Guest RAM from `GUEST_BASE`: one memfd region, or two meeting at `SPLIT_AT`; in
+/// huge pages if `huge` (reserved by the caller).
+fn guest_ram(split: bool, huge: bool) -> GuestMemoryMmap<()> {
+    let flags = if huge { libc::MFD_HUGETLB } else { 0 };
     if split {
         let half = SPLIT_AT - GUEST_BASE;
-        virtqueue::guest_memory(&[(GUEST_BASE, half), (SPLIT_AT, half)])
+        virtqueue::guest_memory_with(&[(GUEST_BASE, half), (SPLIT_AT, half)], flags)
     } else {
-        virtqueue::guest_memory(&[(GUEST_BASE, GUEST_SIZE)])
+        virtqueue::guest_memory_with(&[(GUEST_BASE, GUEST_SIZE)], flags)
     }
 }

@@ -28,8 +28,13 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// An anonymous memory file of `len` bytes (sparse), to share with the daemon.
 pub fn memfd_file(len: u64) -> std::fs::File {
+    memfd_file_with(len, 0)
+}
+
+/// [`memfd_file`] created with `flags` (`MFD_HUGETLB`: on hugetlbfs).
+fn memfd_file_with(len: u64, flags: libc::c_uint) -> std::fs::File {
     // SAFETY: memfd_create with a NUL-terminated name; the fd is checked, then owned.
-    let fd = unsafe { libc::memfd_create(c"guest-ram".as_ptr(), libc::MFD_CLOEXEC) };
+    let fd = unsafe { libc::memfd_create(c"guest-ram".as_ptr(), libc::MFD_CLOEXEC | flags) };
     assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
     // SAFETY: `fd` is a fresh descriptor nothing else owns.
     let file = unsafe { std::fs::File::from_raw_fd(fd) };
@@ -37,19 +42,81 @@ pub fn memfd_file(len: u64) -> std::fs::File {
     file
 }
 
-/// Guest RAM of `len` bytes in a memfd, so the daemon can map what the guest sees.
-fn memfd(len: u64) -> FileOffset {
-    FileOffset::new(memfd_file(len), 0)
-}
-
 /// Guest RAM of the given `(guest-physical address, size)` ranges, in address order, each
 /// its own memfd at file offset 0 (as VMMs share RAM with vhost-user backends).
 pub fn guest_memory(ranges: &[(u64, u64)]) -> GuestMemoryMmap<()> {
+    guest_memory_with(ranges, 0)
+}
+
+/// [`guest_memory`] in memfds created with `flags`.
+pub fn guest_memory_with(ranges: &[(u64, u64)], flags: libc::c_uint) -> GuestMemoryMmap<()> {
     let ranges: Vec<(GuestAddress, usize, Option<FileOffset>)> = ranges
         .iter()
-        .map(|&(gpa, len)| (GuestAddress(gpa), len as usize, Some(memfd(len))))
+        .map(|&(gpa, len)| {
+            let file = FileOffset::new(memfd_file_with(len, flags), 0);
+            (GuestAddress(gpa), len as usize, Some(file))
+        })
         .collect();
     GuestMemoryMmap::<()>::from_ranges_with_files(&ranges).unwrap()
+}
+
+/// The default-size huge page pool, grown so that guest RAM on hugetlbfs can be mapped
+/// from it (a fresh machine's is empty), and shrunk back to its size when dropped.
+pub struct HugePagePool {
+    /// The pool's size before it grew.
+    grown_from: Option<u64>,
+}
+
+impl HugePagePool {
+    const POOL: &'static str = "/proc/sys/vm/nr_hugepages";
+
+    /// Makes sure the pool has `bytes` free, growing it if not (as root).
+    pub fn reserve(bytes: u64) -> HugePagePool {
+        let page = meminfo("Hugepagesize:") << 10;
+        assert!(page > 0, "this kernel has no huge pages");
+        let (needed, free) = (bytes.div_ceil(page), meminfo("HugePages_Free:"));
+        if free >= needed {
+            return HugePagePool { grown_from: None };
+        }
+        let total: u64 = std::fs::read_to_string(Self::POOL)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let wanted = total + needed - free;
+        let grown = std::fs::write(Self::POOL, wanted.to_string());
+        let pool = HugePagePool {
+            grown_from: grown.is_ok().then_some(total),
+        };
+        assert!(
+            grown.is_ok() && meminfo("HugePages_Free:") >= needed,
+            "{needed} free huge pages are needed: as root, echo {wanted} > {} ({grown:?}, {} \
+             free)",
+            Self::POOL,
+            meminfo("HugePages_Free:")
+        );
+        pool
+    }
+}
+
+impl Drop for HugePagePool {
+    fn drop(&mut self) {
+        // Pages still mapped (the daemon may not have unmapped its table yet) leave the
+        // pool when they are freed.
+        if let Some(total) = self.grown_from {
+            let _ = std::fs::write(Self::POOL, total.to_string());
+        }
+    }
+}
+
+/// A `/proc/meminfo` value (kB values as given), or 0.
+fn meminfo(key: &str) -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+        .unwrap_or(0)
 }
 
 /// The vhost-user memory table entries for every range of `mem`, in address order.
