@@ -45,19 +45,26 @@ qsd_pid=$!
 for _ in $(seq 100); do [ -S "$work/q.sock" ] && break; sleep 0.1; done
 [ -S "$work/q.sock" ] || { echo "qemu-storage-daemon did not start:"; cat "$work/qsd.log"; exit 1; }
 
-# iops BENCH_ARGS...: one run's IOPS.
+# iops BENCH_ARGS: one run's IOPS; BENCH_ARGS is one string of `bench` arguments
+# (without spaces or wildcards inside an argument).
 iops() {
-    "$bin" bench --json --runtime "${secs}s" --ramp 500ms "$@" 2>/dev/null |
-        python3 -c 'import json, sys; print(json.load(sys.stdin)["results"][0]["iops"])'
+    local args
+    read -ra args <<<"$1"
+    if ! "$bin" bench --json --runtime "${secs}s" --ramp 500ms "${args[@]}" \
+        >"$work/run.json" 2>"$work/run.err"; then
+        echo "bench $1 failed:" >&2; cat "$work/run.err" >&2; exit 1
+    fi
+    python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["results"][0]["iops"])' \
+        "$work/run.json"
 }
 reads() { echo "--tenant socket=$1,rw=randread,bs=4k,iodepth=32${2:-}"; }
 
-# pair NAME A B: $pairs pairs of runs of A and B (argument strings for `bench`), the
-# first of each pair alternating; a line "NAME|A's IOPS|B's IOPS" per pair.
+# pair NAME A B: $pairs pairs of runs of A and B (`bench` argument strings), the first of
+# each pair alternating; a line "NAME|A's IOPS|B's IOPS" per pair.
 pair() {
     local i a b
     for i in $(seq "$pairs"); do
-        if [ $((i % 2)) = 1 ]; then a=$(iops $2); b=$(iops $3); else b=$(iops $3); a=$(iops $2); fi
+        if [ $((i % 2)) = 1 ]; then a=$(iops "$2"); b=$(iops "$3"); else b=$(iops "$3"); a=$(iops "$2"); fi
         echo "$1|$a|$b" >>"$work/pairs.txt"
     done
 }

@@ -89,7 +89,7 @@ kill -TERM "$daemon_pid"
 term_status=0
 wait "$daemon_pid" || term_status=$?
 t3=$(now)
-daemon_pid=
+forget_daemon "$daemon_pid"
 # The load generator waits for ever for the requests the daemon answered no more.
 kill "$bench_pid" 2>/dev/null || true
 wait "$bench_pid" 2>/dev/null || true

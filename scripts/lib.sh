@@ -63,12 +63,19 @@ start_daemon_in() {
 
 # stop_daemon [PID]: stops the daemon with PID ($daemon_pid by default) and waits for it.
 stop_daemon() {
-    local pid=${1:-$daemon_pid} kept=() p
+    local pid=${1:-$daemon_pid}
     kill "$pid"
     wait "$pid" || true
-    for p in "${started_pids[@]}"; do [ "$p" = "$pid" ] || kept+=("$p"); done
+    forget_daemon "$pid"
+}
+
+# forget_daemon PID: a daemon that has exited and been waited for; the exit trap leaves
+# its PID alone (another process may have it by then).
+forget_daemon() {
+    local kept=() p
+    for p in ${started_pids[@]+"${started_pids[@]}"}; do [ "$p" = "$1" ] || kept+=("$p"); done
     started_pids=(${kept[@]+"${kept[@]}"})
-    if [ "$pid" = "$daemon_pid" ]; then daemon_pid=; fi
+    if [ "$1" = "$daemon_pid" ]; then daemon_pid=; fi
 }
 
 # noisy_neighbour_config ENABLE: the daemon config of the noisy-neighbour runs: volumes

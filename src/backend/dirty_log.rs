@@ -17,7 +17,7 @@ use vhost_user_backend::bitmap::{AtomicBitmapMmap, BitmapReplace, MemRegionBitma
 use vm_memory::bitmap::{Bitmap, NewBitmap, RefSlice, WithBitmapSlice};
 use vm_memory::{Address, GuestMemoryRegion, GuestRegionMmap};
 
-use super::sigbus::{system_page_size, Registration};
+use super::sigbus::Registration;
 
 /// The log's page size, fixed by the vhost-user protocol.
 const LOG_PAGE: usize = 4096;
@@ -39,30 +39,31 @@ struct Shared {
 /// Where one region's pages are in the frontend's log.
 #[derive(Debug)]
 pub struct RegionLog {
+    /// The log bytes this region marks, guarded against the frontend shrinking the log's
+    /// file under the mapping, as guest memory is. Declared first, so it is unregistered
+    /// before `log` unmaps.
+    guard: Registration,
     log: Arc<MmapLogReg>,
     /// The region's guest-physical start and length, bytes.
     start: usize,
     len: usize,
-    /// The log bytes this region marks, guarded against the frontend shrinking the log's
-    /// file under the mapping, as guest memory is.
-    guard: Registration,
 }
 
 impl MemRegionBitmap for RegionLog {
     fn new<R: GuestMemoryRegion>(region: &R, log: Arc<MmapLogReg>) -> io::Result<Self> {
-        // The crate's own constructor checks that the log covers the region.
+        // The crate's own constructor checks that the log covers the region (which is not
+        // empty and does not overflow), so the bytes below are the log's.
         AtomicBitmapMmap::new(region, Arc::clone(&log))?;
         let start = usize::try_from(region.start_addr().raw_value()).map_err(io::Error::other)?;
         let len = usize::try_from(region.len()).map_err(io::Error::other)?;
         let (first, last) = (start / LOG_PAGE / 8, (start + len - 1) / LOG_PAGE / 8);
         let at = |byte: usize| &log[byte] as *const _ as usize;
-        // A log is a file of ordinary pages (QEMU's is a sealed memfd).
-        let guard = Registration::new([(at(first), last - first + 1, system_page_size())]);
+        let guard = Registration::new([(at(first), last - first + 1)]);
         Ok(RegionLog {
+            guard,
             log,
             start,
             len,
-            guard,
         })
     }
 }

@@ -16,9 +16,12 @@
 //! ([`Registration::faulted`]). A fault anywhere else gets the default action: it is a
 //! bug, not a guest.
 //!
-//! The zero page is as large as the region's pages: guest memory on hugetlbfs (QEMU's
-//! `memory-backend-file` on /dev/hugepages, a memfd with `hugetlb=on`) is mapped in huge
-//! pages, and the kernel refuses to replace part of one ([`page_size_of`]).
+//! The zero page is as large as the mapping's pages: guest memory or a migration log on
+//! hugetlbfs (QEMU's `memory-backend-file` on /dev/hugepages, a memfd with `hugetlb=on`)
+//! is mapped in huge pages, and the kernel refuses to replace part of one (EINVAL). So the
+//! handler tries the system's page first and then each huge page size the kernel offers,
+//! smallest first: the first that succeeds is the mapping's own page, which lies inside
+//! the mapping (a huge mapping is aligned to its page size).
 //!
 //! Only the daemon's own accesses fault this way (ring indices and descriptors, request
 //! headers, bounce copies); the kernel's accesses on io_uring's behalf fail that request
@@ -27,14 +30,13 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
 use std::sync::Once;
 
-/// Guest regions registered at once, all volumes together.
+/// Ranges registered at once (guest regions and the log bytes they mark), all volumes
+/// together.
 const SLOTS: usize = 4096;
 
 struct Slot {
     start: AtomicUsize,
     end: AtomicUsize,
-    /// The mapping's page size: what a zero page replaces.
-    page: AtomicUsize,
     faulted: AtomicBool,
 }
 
@@ -42,10 +44,12 @@ struct Slot {
 const EMPTY: Slot = Slot {
     start: AtomicUsize::new(0),
     end: AtomicUsize::new(0),
-    page: AtomicUsize::new(0),
     faulted: AtomicBool::new(false),
 };
 static REGIONS: [Slot; SLOTS] = [EMPTY; SLOTS];
+/// The page sizes a zero page may take, smallest first (the system's page, then the huge
+/// page sizes); 0 past the last.
+static PAGE_SIZES: [AtomicUsize; 4] = [const { AtomicUsize::new(0) }; 4];
 /// Faults in registered regions so far: a cheap check for the data path before
 /// [`Registration::faulted`].
 static FAULTS: AtomicUsize = AtomicUsize::new(0);
@@ -58,30 +62,25 @@ pub struct Registration {
 }
 
 impl Registration {
-    /// Register the mapped ranges `(address, length, page size)` (and install the
-    /// handler, once). Ranges beyond the table's capacity are left unprotected, with a
-    /// warning.
-    pub fn new(ranges: impl IntoIterator<Item = (usize, usize, usize)>) -> Registration {
+    /// Register the ranges `(address, length)` of shared file mappings (and install the
+    /// handler, once). A zero page replaces the whole page of the mapping a fault is in,
+    /// which may reach past a range that does not start or end on a page boundary.
+    /// Ranges beyond the table's capacity are left unprotected, with a warning.
+    pub fn new(ranges: impl IntoIterator<Item = (usize, usize)>) -> Registration {
         install();
         let mut slots = Vec::new();
-        for (start, len, page) in ranges {
-            let page = if page.is_power_of_two() {
-                page
-            } else {
-                system_page_size()
-            };
+        for (start, len) in ranges {
             let free = REGIONS.iter().position(|s| {
                 s.end
                     .compare_exchange(0, usize::MAX, AcqRel, Relaxed)
                     .is_ok()
             });
             let Some(i) = free else {
-                tracing::warn!("sigbus: {SLOTS} guest regions registered; one more is unprotected");
+                tracing::warn!("sigbus: {SLOTS} ranges registered; one more is unprotected");
                 continue;
             };
             let s = &REGIONS[i];
             s.faulted.store(false, Relaxed);
-            s.page.store(page, Relaxed);
             s.start.store(start, Release);
             s.end.store(start.saturating_add(len), Release);
             slots.push(i);
@@ -115,25 +114,8 @@ impl Drop for Registration {
     }
 }
 
-/// The page size of `file`'s shared mappings: its filesystem's block size on hugetlbfs
-/// (a memfd created with `MFD_HUGETLB` lives there too), the system's page size elsewhere.
-pub fn page_size_of(file: &std::fs::File) -> usize {
-    use std::os::unix::io::AsRawFd;
-    // SAFETY: fstatfs writes into the zeroed struct it is given.
-    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid descriptor and a valid out-pointer.
-    let huge = unsafe { libc::fstatfs(file.as_raw_fd(), &mut fs) } == 0
-        && fs.f_type == libc::HUGETLBFS_MAGIC
-        && fs.f_bsize > 0;
-    if huge {
-        fs.f_bsize as usize
-    } else {
-        system_page_size()
-    }
-}
-
 /// The system's (smallest) page size.
-pub fn system_page_size() -> usize {
+fn system_page_size() -> usize {
     // SAFETY: sysconf has no memory arguments.
     match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
         page if page > 0 => page as usize,
@@ -141,8 +123,32 @@ pub fn system_page_size() -> usize {
     }
 }
 
+/// The huge page sizes this kernel offers (`/sys/kernel/mm/hugepages/hugepages-<kB>kB`),
+/// smallest first.
+fn huge_page_sizes() -> Vec<usize> {
+    let mut sizes: Vec<usize> = std::fs::read_dir("/sys/kernel/mm/hugepages")
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.ok()?.file_name();
+            let kib = name
+                .to_str()?
+                .strip_prefix("hugepages-")?
+                .strip_suffix("kB")?;
+            kib.parse::<usize>().ok()?.checked_mul(1024)
+        })
+        .filter(|size| size.is_power_of_two())
+        .collect();
+    sizes.sort_unstable();
+    sizes
+}
+
 fn install() {
     INSTALL.call_once(|| {
+        let sizes = std::iter::once(system_page_size()).chain(huge_page_sizes());
+        for (slot, size) in PAGE_SIZES.iter().zip(sizes) {
+            slot.store(size, Relaxed);
+        }
         // SAFETY: a zeroed sigaction is valid; the handler has the SA_SIGINFO signature
         // and only uses async-signal-safe calls (atomics, mmap, signal).
         unsafe {
@@ -161,43 +167,67 @@ fn install() {
 }
 
 extern "C" fn on_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
-    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
-    let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
+    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers; errno is this
+    // thread's, saved for the code the signal interrupted.
+    let (code, addr, errno) = unsafe {
+        (
+            (*info).si_code,
+            (*info).si_addr() as usize,
+            *libc::__errno_location(),
+        )
+    };
     // Only an access past the end of a mapped file (BUS_ADRERR) is a frontend's doing; a
     // memory error (BUS_MCEERR_*) or a misaligned access is not answered with zeroes.
-    let regions = if code == libc::BUS_ADRERR {
-        &REGIONS[..]
-    } else {
-        &[]
-    };
-    for s in regions {
+    let registered = |s: &Slot| {
         let (start, end) = (s.start.load(Acquire), s.end.load(Acquire));
-        if start <= addr && addr < end && end != usize::MAX {
-            let size = s.page.load(Relaxed);
-            let page = addr & !(size - 1);
-            // SAFETY: replaces one page of a guest mapping this process made (the
-            // region's bounds and page size were registered with its mapping) by a
-            // private zero page.
-            let p = unsafe {
-                libc::mmap(
-                    page as *mut libc::c_void,
-                    size,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_FIXED | libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            if p != libc::MAP_FAILED {
-                s.faulted.store(true, Release);
-                FAULTS.fetch_add(1, Release);
-                return;
-            }
+        start <= addr && addr < end && end != usize::MAX
+    };
+    if code == libc::BUS_ADRERR && REGIONS.iter().any(registered) && map_zero_page(addr) {
+        // Every range holding the address: the log bytes of two tables' regions overlap.
+        for s in REGIONS.iter().filter(|s| registered(s)) {
+            s.faulted.store(true, Release);
         }
+        FAULTS.fetch_add(1, Release);
+        // SAFETY: this thread's errno, as it was.
+        unsafe { *libc::__errno_location() = errno };
+        return;
     }
     // Not guest memory: the default action, when the access is retried.
     // SAFETY: signal(2) is async-signal-safe.
     unsafe { libc::signal(libc::SIGBUS, libc::SIG_DFL) };
+}
+
+/// Maps a private zero page over the page of the mapping holding `addr`, trying each page
+/// size from the smallest: a huge mapping refuses a smaller page with EINVAL, and the
+/// first size it takes is its own. Async-signal-safe.
+fn map_zero_page(addr: usize) -> bool {
+    for size in PAGE_SIZES.iter().map(|s| s.load(Relaxed)) {
+        if size == 0 {
+            break;
+        }
+        let zero_at = addr & !(size - 1);
+        // SAFETY: replaces the page holding `addr`, inside a registered shared mapping
+        // this process made (a smaller size would have been taken by a mapping of smaller
+        // pages), by a private zero page.
+        let p = unsafe {
+            libc::mmap(
+                zero_at as *mut libc::c_void,
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_FIXED | libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p != libc::MAP_FAILED {
+            return true;
+        }
+        // SAFETY: this thread's errno, just set by mmap.
+        if unsafe { *libc::__errno_location() } != libc::EINVAL {
+            return false;
+        }
+    }
+    false
 }
 
 #[cfg(test)]
@@ -214,8 +244,7 @@ mod tests {
         assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
         // SAFETY: a fresh descriptor nothing else owns.
         let file = unsafe { std::fs::File::from_raw_fd(fd) };
-        let page = page_size_of(&file);
-        assert_eq!(page, system_page_size());
+        let page = system_page_size();
         let len = 2 * page;
         file.set_len(len as u64).unwrap();
         // SAFETY: a new shared mapping of the memfd; unmapped at the end of the test.
@@ -241,7 +270,7 @@ mod tests {
             bytes.add(5).write_volatile(7);
             bytes.add(page + 5).write_volatile(7);
         }
-        let reg = Registration::new([(map as usize, len, page)]);
+        let reg = Registration::new([(map as usize, len)]);
         assert!(!reg.faulted());
         file.set_len(page as u64).unwrap();
         // SAFETY: the second page is past the file's new end: SIGBUS, answered with a

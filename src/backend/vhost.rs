@@ -170,8 +170,9 @@ impl<A: Admission> VolumeBackend<A> {
                     .fold(false, |any, r| (**r).bitmap().faulted() | any)
             });
         let what = match (memory, log) {
-            (true, _) => "its guest memory file under a mapped region: that memory now reads",
-            (false, true) => "its migration log under the mapping: the log now reads",
+            (true, false) => "its guest memory file under a mapped region",
+            (false, true) => "its migration log under the mapping",
+            (true, true) => "its guest memory file under a mapped region, and its migration log",
             (false, false) => return,
         };
         if self
@@ -183,8 +184,8 @@ impl<A: Admission> VolumeBackend<A> {
         {
             tracing::warn!(
                 volume = %self.volume.name,
-                "the frontend shrank {what} as zeroes for this daemon; the VMM is broken or \
-                 hostile"
+                "the frontend shrank {what}: what lies past the file's end now reads as \
+                 zeroes for this daemon; the VMM is broken or hostile"
             );
         }
     }
@@ -195,6 +196,18 @@ impl<A: Admission> VolumeBackend<A> {
     /// shrunk its regions since: a table stays guarded while anything but `seen_mem`
     /// holds it (once the crate has published a newer one, nothing can load it again).
     fn guard(&self, table: &Arc<Mem>) {
+        let mut guarded = self.prune_guarded();
+        let ranges = table
+            .iter()
+            .map(|r| (r.as_ptr() as usize, r.len() as usize));
+        guarded.push(GuardedTable {
+            table: Arc::downgrade(table),
+            registration: super::sigbus::Registration::new(ranges),
+        });
+    }
+
+    /// Unregisters the tables nothing can use any more ([`VolumeBackend::guard`]).
+    fn prune_guarded(&self) -> MutexGuard<'_, Vec<GuardedTable>> {
         let last_accepted = self
             .seen_mem
             .lock()
@@ -206,18 +219,7 @@ impl<A: Admission> VolumeBackend<A> {
             let ours = usize::from(Some(t.table.as_ptr()) == last_accepted);
             t.table.strong_count() > ours
         });
-        let ranges = table.iter().map(|r| {
-            let page = r
-                .file_offset()
-                .map_or_else(super::sigbus::system_page_size, |f| {
-                    super::sigbus::page_size_of(f.file())
-                });
-            (r.as_ptr() as usize, r.len() as usize, page)
-        });
-        guarded.push(GuardedTable {
-            table: Arc::downgrade(table),
-            registration: super::sigbus::Registration::new(ranges),
-        });
+        guarded
     }
 
     pub fn tokens(&self) -> Tokens {
@@ -416,6 +418,9 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
             }
             *seen = Some(new);
         }
+        // The table this replaced may be held by nothing now: its regions may be unmapped
+        // and their addresses reused.
+        drop(self.prune_guarded());
         *self.mem.write().unwrap_or_else(|e| e.into_inner()) = mem;
         Ok(())
     }

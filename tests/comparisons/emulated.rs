@@ -30,31 +30,23 @@ fn measure(what: &str, mut attempt: impl FnMut() -> Result<(), String>) {
     }
 }
 
-/// Turns each daemon of the lone-tenant comparison serves, alternating with the other.
-const LONE_TENANT_TURNS: usize = 8;
-/// One turn: a client connects, ramps up for a quarter second and is measured this long.
-const LONE_TENANT_TURN: Duration = Duration::from_secs(1);
-
-/// With the default QoS settings (no model, no targets) a lone tenant gets what it gets
-/// with QoS off, on a slow device and on one faster than the machine can drive: none of
-/// its requests waits for QoS (exact: the daemon's throttle counters stay at 0), and its
-/// throughput is at least `floor` × QoS off's.
-///
-/// Both daemons run throughout, each with its own emulated device, and serve the tenant
-/// in turns: off, on, off, on… Each turn has the machine's two cores to itself (the
-/// client's and the daemon's), as a host gives a guest and its backend, and alternating
-/// makes both daemons sample this machine's fast and slow states alike.
+/// With the default QoS settings (no model, no targets) a lone tenant never waits for
+/// QoS, on a slow device and on one faster than the machine can drive: the daemon's
+/// throttle counters stay at 0 (exact), and its throughput is at least `floor` × QoS
+/// off's. The two daemons run side by side, each with its own emulated device, so this
+/// machine's fast and slow states hit both; twice, the second time started and driven in
+/// the other order, and the ratio is the geometric mean of the two.
 ///
 /// The slow device bounds throughput, so QoS off and on agree within 1 % and the floor
-/// is 0.95. On the 1 M IOPS device the machine's CPU does, and one daemon's throughput
-/// moves by ±10 % from one second to the next here; 16 alternating pairs of 2 s put
-/// QoS on at 0.955 × off, and a mean of 5 to 8 turns lands anywhere in 0.90–1.14. Its floor,
-/// 0.85, is there to catch a slowdown of the data path under QoS; QoS's own cost per
-/// request is counted by `scripts/bench-instructions.sh` (BENCHMARKS.md), where it is
-/// a few per cent.
+/// is 0.95. On the 1 M IOPS device the CPU does, and the split of two cores between two
+/// daemons and two clients moves one run's ratio over 0.85–1.30, often favouring
+/// whichever daemon starts and is driven first; the mean of the two orders has ranged
+/// over 0.86–1.20. There the floor, 0.80, catches a data path that QoS slows by a fifth;
+/// QoS's own cost per request is counted by `scripts/bench-instructions.sh`
+/// (BENCHMARKS.md), a few per cent.
 #[test]
-fn a_lone_tenant_runs_as_fast_as_with_qos_off_on_slow_and_fast_devices() {
-    for (device, what, floor) in [(SLOW_DEVICE, "slow", 0.95), (FAST_DEVICE, "1M IOPS", 0.85)] {
+fn a_lone_tenant_never_waits_for_qos_on_slow_and_fast_devices() {
+    for (device, what, floor) in [(SLOW_DEVICE, "slow", 0.95), (FAST_DEVICE, "1M IOPS", 0.80)] {
         measure(what, || {
             let start = |qos: &str| {
                 DaemonProcess::start(&config(
@@ -62,31 +54,46 @@ fn a_lone_tenant_runs_as_fast_as_with_qos_off_on_slow_and_fast_devices() {
                     &volume("v", 0, 16, ""),
                 ))
             };
-            let (off, on) = (start("[device.qos]\nenable = false\n"), start(""));
-            let turn = |d: &DaemonProcess| {
-                run_one(TenantSpec {
-                    runtime: LONE_TENANT_TURN,
-                    ramp: Duration::from_millis(250),
-                    ..reader(d, "v", 32, 0)
-                })
-                .iops
-                    / LONE_TENANT_TURNS as f64
+            let tenant = |d: &DaemonProcess, name: &str| TenantSpec {
+                name: name.into(),
+                ..reader(d, "v", 32, 4)
             };
-            let (mut off_iops, mut on_iops) = (0.0, 0.0);
-            for _ in 0..LONE_TENANT_TURNS {
-                off_iops += turn(&off);
-                on_iops += turn(&on);
-            }
-            let stats = volume_stats(&on, "v");
-            assert_eq!(stats["throttled"], 0, "{what}: {stats}");
-            assert_eq!(stats["wait_us"], 0, "{what}: {stats}");
-            let ratio = on_iops / off_iops;
-            eprintln!(
-                "{what}: QoS off {off_iops:.0} IOPS, default QoS {on_iops:.0} IOPS, ratio {ratio:.3}"
-            );
+            // QoS on's IOPS over QoS off's, the one or the other started and driven first.
+            let ratio_with = |on_first: bool| {
+                let (on, off) = if on_first {
+                    let on = start("");
+                    (on, start("[device.qos]\nenable = false\n"))
+                } else {
+                    let off = start("[device.qos]\nenable = false\n");
+                    (start(""), off)
+                };
+                let (on_spec, off_spec) = (tenant(&on, "on"), tenant(&off, "off"));
+                let specs = if on_first {
+                    [on_spec, off_spec]
+                } else {
+                    [off_spec, on_spec]
+                };
+                let r = loadgen::run(&specs).unwrap();
+                assert_eq!(r[0].errors + r[1].errors, 0);
+                let stats = volume_stats(&on, "v");
+                assert_eq!(stats["throttled"], 0, "{what}: {stats}");
+                assert_eq!(stats["wait_us"], 0, "{what}: {stats}");
+                let (on_iops, off_iops) = if on_first {
+                    (r[0].iops, r[1].iops)
+                } else {
+                    (r[1].iops, r[0].iops)
+                };
+                eprintln!(
+                    "{what}, QoS {} first: QoS off {off_iops:.0} IOPS, default QoS \
+                     {on_iops:.0} IOPS, ratio {:.3}",
+                    if on_first { "on" } else { "off" },
+                    on_iops / off_iops
+                );
+                on_iops / off_iops
+            };
+            let ratio = (ratio_with(false) * ratio_with(true)).sqrt();
             (ratio >= floor).then_some(()).ok_or(format!(
-                "default QoS gives a lone tenant {on_iops:.0} IOPS, QoS off {off_iops:.0} \
-                 ({ratio:.3} < {floor})"
+                "default QoS gives a lone tenant {ratio:.3} × QoS off's IOPS (< {floor})"
             ))
         });
     }

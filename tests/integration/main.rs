@@ -18,6 +18,7 @@ mod guest;
 mod handover;
 mod hostile;
 mod hot_plug;
+mod huge_pages;
 mod libvirt;
 mod malformed;
 mod migration;

@@ -95,7 +95,7 @@ pub struct RawFrontend {
     buffers: Arena,
     /// `Options::huge_pages`: the pool grown for `mem`, shrunk back after it (fields drop
     /// in order).
-    _huge_pages: Option<virtqueue::HugePagePool>,
+    _huge_pages: Option<crate::huge_pages::HugePagePool>,
 }
 
 impl RawFrontend {
@@ -147,7 +147,7 @@ impl RawFrontend {
 
         let huge_pages = opts
             .huge_pages
-            .then(|| virtqueue::HugePagePool::reserve(GUEST_SIZE));
+            .then(|| crate::huge_pages::HugePagePool::reserve(GUEST_SIZE));
         let mem = guest_ram(opts.split_memory, opts.huge_pages);
         let infos = virtqueue::region_infos(&mem);
         if opts.add_mem_region {

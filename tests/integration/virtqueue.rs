@@ -60,65 +60,6 @@ pub fn guest_memory_with(ranges: &[(u64, u64)], flags: libc::c_uint) -> GuestMem
     GuestMemoryMmap::<()>::from_ranges_with_files(&ranges).unwrap()
 }
 
-/// The default-size huge page pool, grown so that guest RAM on hugetlbfs can be mapped
-/// from it (a fresh machine's is empty), and shrunk back to its size when dropped.
-pub struct HugePagePool {
-    /// The pool's size before it grew.
-    grown_from: Option<u64>,
-}
-
-impl HugePagePool {
-    const POOL: &'static str = "/proc/sys/vm/nr_hugepages";
-
-    /// Makes sure the pool has `bytes` free, growing it if not (as root).
-    pub fn reserve(bytes: u64) -> HugePagePool {
-        let page = meminfo("Hugepagesize:") << 10;
-        assert!(page > 0, "this kernel has no huge pages");
-        let (needed, free) = (bytes.div_ceil(page), meminfo("HugePages_Free:"));
-        if free >= needed {
-            return HugePagePool { grown_from: None };
-        }
-        let total: u64 = std::fs::read_to_string(Self::POOL)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        let wanted = total + needed - free;
-        let grown = std::fs::write(Self::POOL, wanted.to_string());
-        let pool = HugePagePool {
-            grown_from: grown.is_ok().then_some(total),
-        };
-        assert!(
-            grown.is_ok() && meminfo("HugePages_Free:") >= needed,
-            "{needed} free huge pages are needed: as root, echo {wanted} > {} ({grown:?}, {} \
-             free)",
-            Self::POOL,
-            meminfo("HugePages_Free:")
-        );
-        pool
-    }
-}
-
-impl Drop for HugePagePool {
-    fn drop(&mut self) {
-        // Pages still mapped (the daemon may not have unmapped its table yet) leave the
-        // pool when they are freed.
-        if let Some(total) = self.grown_from {
-            let _ = std::fs::write(Self::POOL, total.to_string());
-        }
-    }
-}
-
-/// A `/proc/meminfo` value (kB values as given), or 0.
-fn meminfo(key: &str) -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
-        .unwrap_or(0)
-}
-
 /// The vhost-user memory table entries for every range of `mem`, in address order.
 pub fn region_infos(mem: &GuestMemoryMmap<()>) -> Vec<VhostUserMemoryRegionInfo> {
     mem.iter()
