@@ -27,7 +27,8 @@ wrandiops = 100000000"
 
 work=$(mktemp -d /var/tmp/vhost-iocost-bench.XXXXXX)
 daemon_pid=
-# Every daemon start_daemon_in started, stopped or not.
+# Every daemon start_daemon_in started that the script has not stopped (or forgotten):
+# the exit trap stops them.
 started_pids=()
 cleanup() {
     for pid in ${started_pids[@]+"${started_pids[@]}"}; do kill "$pid" 2>/dev/null || true; done
