@@ -39,7 +39,7 @@ fn measure(what: &str, mut attempt: impl FnMut() -> Result<(), String>) {
 ///
 /// The slow device bounds throughput, so QoS off and on agree within 1 % and the floor
 /// is 0.95. On the 1 M IOPS device the CPU does, and the split of two cores between two
-/// daemons and two clients moves one run's ratio over 0.85–1.30, often favouring
+/// daemons and two clients moves one run's ratio over 0.70–1.30, mostly favouring
 /// whichever daemon starts and is driven first; the mean of the two orders has ranged
 /// over 0.86–1.20. There the floor, 0.80, catches a data path that QoS slows by a fifth;
 /// QoS's own cost per request is counted by `scripts/bench-instructions.sh`
