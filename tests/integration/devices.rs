@@ -30,6 +30,15 @@ channels = 32
 base_latency = "10us"
 "#;
 
+/// A `[[device.emulated.faults]]` rule: volume `volume`'s next read stalls for `stall`
+/// (a duration such as "1s") and then fails.
+pub fn stalled_read(volume: &str, stall: &str) -> String {
+    format!(
+        "\n[[device.emulated.faults]]\nvolume = \"{volume}\"\nop = \"read\"\n\
+         error = \"stall\"\nstall = \"{stall}\"\ncount = 1\n"
+    )
+}
+
 /// No model and no targets: the daemon calibrates the device at start-up and derives
 /// its targets; vrate moves freely within the default bounds.
 pub const DEFAULTS: &str = "[control]\nsocket = \"control.sock\"\n";

@@ -3,7 +3,7 @@
 
 use crate::client::{pattern, Client, Op};
 use crate::daemon::{config, control_get, stats_of, volume, DaemonProcess};
-use crate::devices::FAST_DEVICE;
+use crate::devices::{stalled_read, FAST_DEVICE};
 use std::time::{Duration, Instant};
 
 const BLOCK: usize = 64 << 10;
@@ -99,16 +99,7 @@ count = 1
 
 #[test]
 fn a_stalled_request_fails_after_its_stall_while_everything_else_keeps_going() {
-    let d = DaemonProcess::start(&faulty_config(
-        r#"
-[[device.emulated.faults]]
-volume = "a"
-op = "read"
-error = "stall"
-stall = "1s"
-count = 1
-"#,
-    ));
+    let d = DaemonProcess::start(&faulty_config(&stalled_read("a", "1s")));
     let mut a = Client::connect(&d.socket("a"), 1, 2 * BLOCK);
     let mut b = Client::connect(&d.socket("b"), 1, BLOCK);
     assert_eq!(write_block(&mut a, 0, 3), 0);

@@ -282,16 +282,12 @@ fn a_huge_page_region_removed_and_shrunk_under_a_request_does_not_take_the_daemo
 
 fn region_removed_and_shrunk_under_a_request_in_flight(huge_pages: bool) {
     use vhost::vhost_user::VhostUserFrontend;
-    let stall = r#"
-[[device.emulated.faults]]
-volume = "v"
-op = "read"
-error = "stall"
-stall = "2s"
-count = 1
-"#;
     let d = DaemonProcess::start(&config(
-        &format!("{}{stall}", crate::devices::FAST_DEVICE),
+        &format!(
+            "{}{}",
+            crate::devices::FAST_DEVICE,
+            crate::devices::stalled_read("v", "2s")
+        ),
         &(volume("v", 0, 8, "") + &volume("n", 8, 8, "")),
     ));
     let opts = Options {
