@@ -1,6 +1,7 @@
-//! The ring popping path: a split virtqueue whose descriptor table, avail ring and buffers
-//! are all arbitrary guest memory, popped as the worker pops it (at most the queue size of
-//! chains outstanding) and each chain parsed by `backend::chain::parse_chain`.
+//! The ring path: a split virtqueue whose descriptor table, avail ring and buffers are all
+//! arbitrary guest memory, popped as the worker pops it through
+//! `backend::split_ring::SplitRing` (at most the queue size of chains outstanding), each
+//! chain parsed by `backend::chain::parse_chain` and returned to the used ring.
 #![no_main]
 
 mod common;
@@ -8,6 +9,7 @@ mod common;
 use libfuzzer_sys::fuzz_target;
 use vhost_iocost::backend::chain::parse_chain;
 use vhost_iocost::backend::request::{ChainLayout, Limits};
+use vhost_iocost::backend::split_ring::SplitRing;
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{GuestAddress, GuestMemoryMmap};
 
@@ -47,19 +49,25 @@ fuzz_target!(|data: &[u8]| {
     let mut layout = ChainLayout::default();
     // The last request's data vector, reused uncleared as the worker reuses them.
     let mut spare = Vec::new();
+    let ring = SplitRing::map(&mem, &queue).expect("the rings are in guest memory");
+    let Some(published) = ring.published(0) else {
+        return;
+    };
     // The worker stops once the ring's size of chains is outstanding.
-    for _ in 0..size {
-        let Some(chain) = queue.pop_descriptor_chain(&mem) else {
-            break;
-        };
+    let mut used = 0u16;
+    for position in 0..published {
         // The head comes from the avail ring unchecked: it may lie outside the table.
-        let head = chain.head_index();
-        if let Ok(req) = parse_chain(chain, &mut layout, &limits, std::mem::take(&mut spare)) {
+        let head = ring.avail_head(position).expect("the avail ring is in guest memory");
+        if let Ok(req) = parse_chain(&ring, head, &mut layout, &limits, std::mem::take(&mut spare)) {
             common::check_accepted(&req, &limits);
             spare = req.data;
         }
-        // Returned at once, as the worker returns a refused chain (add_used refuses a
-        // head outside the table; the worker logs that).
-        let _ = queue.add_used(&mem, head, 0);
+        // Returned at once, as the worker returns a refused chain (a head outside the
+        // table is refused; the worker logs that).
+        if ring.put_used(used, head, 0).is_ok() {
+            used += 1;
+        }
     }
+    ring.publish_used(used).expect("the used ring is in guest memory");
+    let _ = ring.needs_notification(0, used);
 });

@@ -11,7 +11,9 @@
 //! A frontend that shrinks its memory file *after* the check (ftruncate) makes a later
 //! access fault; [`super::sigbus`] confines that to its own regions.
 
-use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
+use std::sync::{Arc, RwLock};
+
+use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryRegion};
 
 use super::worker::Mem;
 
@@ -56,6 +58,29 @@ pub fn check(mem: &Mem) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The memory table a connection's frontend gave last, shared by its backend (which
+/// replaces it) and its workers (which read it for every batch they pop or complete).
+#[derive(Clone)]
+pub struct CurrentMemory(Arc<RwLock<GuestMemoryAtomic<Mem>>>);
+
+impl Default for CurrentMemory {
+    /// No memory: nothing is popped until the frontend sends a table.
+    fn default() -> Self {
+        CurrentMemory(Arc::new(RwLock::new(GuestMemoryAtomic::new(Mem::new()))))
+    }
+}
+
+impl CurrentMemory {
+    pub fn load(&self) -> Arc<Mem> {
+        let atomic = self.0.read().unwrap_or_else(|e| e.into_inner());
+        atomic.memory().into_inner()
+    }
+
+    pub fn replace(&self, table: GuestMemoryAtomic<Mem>) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = table;
+    }
 }
 
 #[cfg(test)]

@@ -30,6 +30,7 @@ pub(crate) mod guest_memory;
 pub(crate) mod handshake;
 pub(crate) mod lease;
 pub mod request;
+pub mod split_ring;
 pub(crate) mod server;
 pub(crate) mod sigbus;
 pub(crate) mod slots;

@@ -9,11 +9,12 @@
 
 use super::admission::Admission;
 use super::blk_config::{self, BlkConfig};
+use super::guest_memory::CurrentMemory;
 use super::lease::ConnectionLease;
 use super::volume::Volume;
 use super::worker::{Mem, QueueNumbers, Vring, Worker};
 use std::io;
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vhost_user_backend::VhostUserBackend;
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryRegion};
@@ -56,7 +57,7 @@ pub struct VolumeBackend<A: Admission> {
     stops_waiting: std::sync::atomic::AtomicU32,
     /// The workers' wake eventfds, reachable without taking their locks.
     wakes: Vec<Arc<vmm_sys_util::eventfd::EventFd>>,
-    mem: RwLock<GuestMemoryAtomic<Mem>>,
+    mem: CurrentMemory,
     tokens: Tokens,
     /// This connection's first message ([`super::handshake`]).
     pub handshake: Arc<super::handshake::Handshake>,
@@ -93,11 +94,13 @@ impl<A: Admission> VolumeBackend<A> {
             })
             .collect::<io::Result<Vec<_>>>()?;
         let lease = Arc::new(ConnectionLease::join(volume.lease.clone(), &wakes));
+        let mem = CurrentMemory::default();
         let n = wakes.len() as u16;
         let workers = round_robin(n)
             .zip(&wakes)
             .map(|(queues, wake)| {
-                Worker::new(volume.clone(), wake.clone(), lease.clone(), queues).map(Mutex::new)
+                Worker::new(volume.clone(), wake.clone(), lease.clone(), queues, mem.clone())
+                    .map(Mutex::new)
             })
             .collect::<io::Result<Vec<_>>>()?;
         let masks = round_robin_masks(volume.num_queues, n);
@@ -108,7 +111,7 @@ impl<A: Admission> VolumeBackend<A> {
             stops_waiting: Default::default(),
             tokens: Tokens::for_queues(volume.num_queues),
             handshake: Arc::default(),
-            mem: RwLock::new(GuestMemoryAtomic::new(Mem::new())),
+            mem,
             refused: Mutex::new(crate::logging::LogLimiter::new(
                 std::time::Duration::from_secs(1),
             )),
@@ -403,7 +406,7 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
             if let Some(suppressed) = log {
                 tracing::warn!(volume = %self.volume.name, suppressed, "frontend memory table refused: {e}");
             }
-            *self.mem.write().unwrap_or_else(|e| e.into_inner()) = mem;
+            self.mem.replace(mem);
             return Err(io::Error::other(e));
         }
         {
@@ -421,7 +424,7 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
         // The table this replaced may be held by nothing now: its regions may be unmapped
         // and their addresses reused.
         drop(self.prune_guarded());
-        *self.mem.write().unwrap_or_else(|e| e.into_inner()) = mem;
+        self.mem.replace(mem);
         Ok(())
     }
 
@@ -471,17 +474,13 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
         }
         let mut worker = self.worker(thread);
         let t = self.tokens;
-        let memory = || {
-            let atomic = self.mem.read().unwrap_or_else(|e| e.into_inner());
-            atomic.memory().into_inner()
-        };
         let started = worker.event_starts();
         let progress = worker.progress();
         let result = match device_event {
-            q if (q as usize) < vrings.len() => worker.on_kick(vrings, q, &memory),
+            q if (q as usize) < vrings.len() => worker.on_kick(vrings, q),
             e if e == t.completion => worker.on_completion(vrings),
             e if e == t.timer => worker.on_timer(vrings),
-            e if e == t.wake => worker.on_wake(vrings, &memory),
+            e if e == t.wake => worker.on_wake(vrings),
             other => {
                 tracing::warn!(volume = %self.volume.name, event = other, "unknown event");
                 Ok(())
@@ -529,7 +528,7 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
                 // A stop waits for this lock: no more looks, so it has less to drain.
                 None
             } else {
-                match worker.poll_once(deadline, vrings, &memory) {
+                match worker.poll_once(deadline, vrings) {
                     Ok(next) => next.map(|next| next.min(phase_end)),
                     Err(e) => {
                         worker.report_error(device_event, &e);
@@ -539,7 +538,7 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
             };
             found = worker.progress() != before;
             if polling.is_none() {
-                if let Err(e) = worker.end_polling(vrings, &memory) {
+                if let Err(e) = worker.end_polling(vrings) {
                     worker.report_error(device_event, &e);
                 }
                 // As after a failed handler: nothing completed at once is left behind.

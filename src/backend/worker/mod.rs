@@ -27,6 +27,7 @@ use self::inflight::{InFlight, IovecPool};
 use super::admission::{Admission, Timing};
 use super::admit_queue::{AdmitQueue, Next, Parked, WaitDeadline};
 use super::engine::Engine;
+use super::guest_memory::CurrentMemory;
 use super::lease::ConnectionLease;
 use super::request::{ChainLayout, Request, Segment};
 use super::volume::Volume;
@@ -35,9 +36,6 @@ use crate::logging::LogLimiter;
 /// Guest memory, with the migration log's dirty bitmap per region (design §8.8).
 pub type Mem = GuestMemoryMmap<super::dirty_log::DirtyLog>;
 pub type Vring = VringRwLock<vm_memory::GuestMemoryAtomic<Mem>>;
-
-/// A descriptor chain as popped, with the guest memory it was popped with.
-type Chain = virtio_queue::DescriptorChain<Arc<Mem>>;
 
 /// A validated request as popped: where it came from and the guest memory it points into.
 struct Popped {
@@ -107,12 +105,12 @@ pub struct Worker<A: Admission> {
     outstanding: Vec<u32>,
     warn: LogLimiter,
     /// Scratch space reused per request or batch, so the hot path does not allocate:
-    /// reaped completions, the chains popped together, the descriptor layout of the
+    /// reaped completions, the heads of the chains popped together, the descriptor layout of the
     /// chain being parsed, the data segment vectors of started requests, and iovec arrays
     /// returned by completed ones.
     reaped: Vec<(u64, i32)>,
     layout: ChainLayout,
-    popped_chains: Vec<Chain>,
+    popped_chains: Vec<u16>,
     segment_pool: Vec<Vec<Segment>>,
     /// Completions to report to admission control, once per pump (see `settle`).
     settled: Vec<(A::Ticket, Timing)>,
@@ -126,6 +124,10 @@ pub struct Worker<A: Admission> {
     polled_queues: u64,
     /// Scratch: the requests one dispatch admitted, started once the turn is released.
     admitted: Vec<Parked<Popped, A::Ticket>>,
+    /// The frontend's memory table, read for every batch popped or published.
+    memory: CurrentMemory,
+    /// Chains returned since the used rings were last published: (queue, head, length).
+    used: Vec<(u16, u16, u32)>,
 }
 
 impl<A: Admission> Worker<A> {
@@ -136,6 +138,7 @@ impl<A: Admission> Worker<A> {
         wake_evt: Arc<EventFd>,
         lease: Arc<ConnectionLease>,
         queues: QueueNumbers,
+        memory: CurrentMemory,
     ) -> io::Result<Self> {
         let served = queues.mask(volume.num_queues).count_ones().max(1);
         let depth = u32::from(volume.queue_size) * served;
@@ -184,6 +187,8 @@ impl<A: Admission> Worker<A> {
             poll: poll::PollWindow::new(volume.shared.poll_max_ns),
             polled_queues: 0,
             admitted: Vec::new(),
+            memory,
+            used: Vec::new(),
             volume,
         })
     }
@@ -242,7 +247,7 @@ impl<A: Admission> Worker<A> {
 
     /// Another volume freed a device slot, the planner changed budgets, or the volume's
     /// other connection gave up the rings: pop the kicks that waited for them.
-    pub fn on_wake(&mut self, vrings: &[Vring], memory: &dyn Fn() -> Arc<Mem>) -> io::Result<()> {
+    pub fn on_wake(&mut self, vrings: &[Vring]) -> io::Result<()> {
         self.remember_vrings(vrings);
         let _ = self.wake_evt.read();
         self.waiting_for_slot = false;
@@ -251,7 +256,7 @@ impl<A: Admission> Worker<A> {
             let q = deferred.trailing_zeros() as u16;
             deferred &= deferred - 1;
             if usize::from(q) < vrings.len() {
-                if let Err(e) = self.on_kick(vrings, q, memory) {
+                if let Err(e) = self.on_kick(vrings, q) {
                     // The other queues' kicks are kept for the next wake-up.
                     self.deferred |= deferred;
                     return Err(e);
@@ -308,7 +313,7 @@ impl<A: Admission> Worker<A> {
             }
         }
         self.settle();
-        self.notify_guest();
+        self.publish_used();
         Ok(())
     }
 

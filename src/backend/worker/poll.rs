@@ -17,11 +17,10 @@
 //! sooner than `poll_max`.
 
 use std::io;
-use std::sync::Arc;
 
 use vhost_user_backend::VringT;
 
-use super::{Mem, Vring, Worker};
+use super::{Vring, Worker};
 use crate::backend::admission::Admission;
 use crate::backend::engine::monotonic_now_ns;
 
@@ -126,13 +125,12 @@ impl<A: Admission> Worker<A> {
         &mut self,
         deadline_ns: u64,
         vrings: &[Vring],
-        memory: &dyn Fn() -> Arc<Mem>,
     ) -> io::Result<Option<u64>> {
         let before = self.progress;
         let looked_at = monotonic_now_ns();
         let mut ready = self.serving & !(self.stopping | self.broken);
         if ready != 0 {
-            let mem = memory();
+            let mem = self.memory.load();
             while ready != 0 {
                 let q = ready.trailing_zeros() as u16;
                 ready &= ready - 1;
@@ -164,11 +162,7 @@ impl<A: Admission> Worker<A> {
     /// what the guest published meanwhile is served as a kick would be. A ring stopped
     /// meanwhile is left alone: its state is the frontend's (or the volume's other
     /// connection's) now. Every ring is handled even past an error; the first is returned.
-    pub fn end_polling(
-        &mut self,
-        vrings: &[Vring],
-        memory: &dyn Fn() -> Arc<Mem>,
-    ) -> io::Result<()> {
+    pub fn end_polling(&mut self, vrings: &[Vring]) -> io::Result<()> {
         let mut polled =
             std::mem::take(&mut self.polled_queues) & self.serving & !(self.stopping | self.broken);
         let mut result = Ok(());
@@ -179,7 +173,7 @@ impl<A: Admission> Worker<A> {
                 continue;
             };
             let served = match vring.enable_notification() {
-                Ok(true) => self.on_kick(vrings, q, memory),
+                Ok(true) => self.on_kick(vrings, q),
                 Ok(false) => Ok(()),
                 Err(e) => Err(io::Error::other(e)),
             };

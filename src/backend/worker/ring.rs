@@ -1,6 +1,7 @@
 //! The virtio side of a worker: popping descriptor chains (and noticing a guest that
 //! breaks the ring protocol), answering GET_ID and invalid requests at once, returning
-//! chains to the used ring and notifying the guest once per batch.
+//! chains to the used ring and notifying the guest once per batch. The rings themselves
+//! are read and written through [`crate::backend::split_ring`].
 
 use std::io;
 use std::sync::atomic::Ordering;
@@ -8,13 +9,14 @@ use std::sync::Arc;
 
 use vhost_user_backend::VringT;
 use virtio_bindings::virtio_blk::{VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK};
-use virtio_queue::{QueueOwnedT, QueueT};
+use virtio_queue::QueueT;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend};
 
-use super::{Chain, Mem, Popped, Vring, Worker};
+use super::{Mem, Popped, Vring, Worker};
 use crate::backend::admission::{Admission, IoKind, IoRequest};
 use crate::backend::chain;
 use crate::backend::request::{self, ChainLayout, Request, RequestError, RequestKind};
+use crate::backend::split_ring::SplitRing;
 use crate::backend::volume::VolumeCounters;
 use crate::stage_trace::{self, Stage};
 
@@ -28,15 +30,10 @@ const MAX_IDLE_PASSES: u32 = 64;
 const EARLY_NOTIFY_FROM: usize = 8;
 
 impl<A: Admission> Worker<A> {
-    /// A kick (or a ring becoming ready) on queue `queue`. `memory` gives the current guest
-    /// memory map: it is read again on every pass, because requests found after
-    /// re-enabling notifications may use regions added (ADD_MEM_REG) since the last pass.
-    pub fn on_kick(
-        &mut self,
-        vrings: &[Vring],
-        queue: u16,
-        memory: &dyn Fn() -> Arc<Mem>,
-    ) -> io::Result<()> {
+    /// A kick (or a ring becoming ready) on queue `queue`. The guest memory map is read
+    /// again on every pass, because requests found after re-enabling notifications may use
+    /// regions added (ADD_MEM_REG) since the last pass.
+    pub fn on_kick(&mut self, vrings: &[Vring], queue: u16) -> io::Result<()> {
         self.remember_vrings(vrings);
         let bit = 1u64 << queue;
         let vring = &vrings[queue as usize];
@@ -46,7 +43,7 @@ impl<A: Admission> Worker<A> {
             let mut idle_passes = 0;
             loop {
                 vring.disable_notification().map_err(io::Error::other)?;
-                let mem = memory();
+                let mem = self.memory.load();
                 let popped = self.pop_all(vring, queue, &mem)?;
                 if self.broken & bit != 0
                     || !vring.enable_notification().map_err(io::Error::other)?
@@ -96,7 +93,12 @@ impl<A: Admission> Worker<A> {
         let mut now = None;
         // Read once per batch: a resize applies from the next one.
         let mut limits = None;
-        let mut chains = std::mem::take(&mut self.popped_chains);
+        // The rings' places are the frontend's to change only while the queue is stopped,
+        // which waits for this pass.
+        let Some(ring) = SplitRing::map(&**mem, vring.get_ref().get_queue()) else {
+            return Ok(0);
+        };
+        let mut heads = std::mem::take(&mut self.popped_chains);
         loop {
             // Start the device early: the requests accepted so far go to the kernel after
             // the 1st, 2nd, 4th, 8th... chain of a batch, so the device works on the first
@@ -105,10 +107,10 @@ impl<A: Admission> Worker<A> {
             // (QD32 on the benchmark VM: 0.83-0.86 of fio's IOPS without, 0.91-0.93 with.)
             // The chains up to the next of these points are popped together.
             let want = chains_to_next_submit(popped);
-            let ring_full = self.pop_chains(vring, queue, mem, want, &mut chains);
-            let got = chains.len();
+            let ring_full = self.pop_chains(vring, queue, &ring, want, &mut heads);
+            let got = heads.len();
             if got == 0 {
-                self.popped_chains = chains;
+                self.popped_chains = heads;
                 if ring_full && Self::pending(vring, mem) > 0 {
                     // More chains than the ring holds: descriptors are being reused while
                     // still ours. Stop rather than queue without bound.
@@ -122,11 +124,10 @@ impl<A: Admission> Worker<A> {
             popped += got;
             self.progress += got as u64;
             let limits = *limits.get_or_insert_with(|| self.volume.current_limits());
-            for chain in chains.drain(..) {
-                let head = chain.head_index();
+            for head in heads.drain(..) {
                 let mut layout = std::mem::take(&mut self.layout);
                 let data = self.segment_pool.pop().unwrap_or_default();
-                match chain::parse_chain(chain, &mut layout, &limits, data) {
+                match chain::parse_chain(&ring, head, &mut layout, &limits, data) {
                     Ok(req) => {
                         let now = *now.get_or_insert_with(|| self.volume.admission.now_ns());
                         self.accept(queue, head, req, mem, now)
@@ -151,42 +152,47 @@ impl<A: Admission> Worker<A> {
                 && Self::pending(vring, mem) > 0
                 && self.complete_ready()? > 0
             {
-                self.notify_guest();
+                self.publish_used();
             }
             now = None;
         }
     }
 
-    /// Pops up to `want` chains of `queue` into `chains`, under one lock of the ring and
-    /// one reading of its avail index. Returns whether it stopped because the guest has
-    /// as many chains outstanding as the ring holds.
+    /// Pops the heads of up to `want` chains of `queue` into `heads`, under one lock of the
+    /// ring and one reading of its avail index. Returns whether it stopped because the
+    /// guest has as many chains outstanding as the ring holds.
     fn pop_chains(
         &mut self,
         vring: &Vring,
         queue: u16,
-        mem: &Arc<Mem>,
+        ring: &SplitRing<'_, Mem>,
         want: usize,
-        chains: &mut Vec<Chain>,
+        heads: &mut Vec<u16>,
     ) -> bool {
         let mut state = vring.get_mut();
         let q = state.get_queue_mut();
-        let size = u32::from(q.size());
+        let size = u32::from(ring.size());
         let outstanding = &mut self.outstanding[queue as usize];
+        let mut next = q.next_avail();
         // An avail index the ring cannot hold pops nothing; on_kick notices it.
-        let Ok(mut avail) = q.iter(mem.clone()) else {
+        let Some(published) = ring.published(next) else {
             return false;
         };
-        while chains.len() < want {
+        let mut full = false;
+        for _ in 0..usize::from(published).min(want.saturating_sub(heads.len())) {
             if *outstanding >= size {
-                return true;
+                full = true;
+                break;
             }
-            let Some(chain) = avail.next() else {
-                return false;
+            let Some(head) = ring.avail_head(next) else {
+                break;
             };
+            next = next.wrapping_add(1);
             *outstanding += 1;
-            chains.push(chain);
+            heads.push(head);
         }
-        false
+        q.set_next_avail(next);
+        full
     }
 
     /// Whether the frontend has the ring enabled and ready (a stale event for a stopped or
@@ -290,23 +296,14 @@ impl<A: Admission> Worker<A> {
         }
     }
 
-    /// Puts the chain on the used ring, through the current memory map (the ring's own
-    /// `add_used`): the map the chain was popped with may hold regions the frontend has
-    /// removed or replaced since, and the used ring is what the frontend reads now.
+    /// Returns the chain to the guest: its used entry is written with the others of the
+    /// batch by [`Self::publish_used`].
     fn return_chain(&mut self, queue: u16, head: u16, used_len: u32) {
         if let Some(n) = self.outstanding.get_mut(queue as usize) {
             *n = n.saturating_sub(1);
         }
-        if let Some(vring) = self.vrings.get(queue as usize) {
-            if let Err(e) = vring.add_used(head, used_len) {
-                if let Some(suppressed) = self.warn.check() {
-                    let queue = self.guest_queue(queue);
-                    tracing::warn!(volume = %self.volume.name, queue, suppressed, "add_used failed: {e}");
-                }
-            }
-            if self.touched & (1 << queue) == 0 {
-                stage_trace::mark(Stage::Published);
-            }
+        if usize::from(queue) < self.vrings.len() {
+            self.used.push((queue, head, used_len));
             self.touched |= 1 << queue;
         }
     }
@@ -329,18 +326,58 @@ impl<A: Admission> Worker<A> {
         self.return_chain(queue, head, if status_ok { written + 1 } else { 0 });
     }
 
-    pub(super) fn notify_guest(&mut self) {
+    /// Writes the chains returned since the last call to the used rings, each ring's under
+    /// one lock and one store of its used index, and notifies the guest of each ring that
+    /// asked for it. Through the current memory map: the map a chain was popped with may
+    /// hold regions the frontend has removed or replaced since, and the used ring is what
+    /// the frontend reads now.
+    pub(super) fn publish_used(&mut self) {
         let mut touched = std::mem::take(&mut self.touched);
+        if touched == 0 {
+            return;
+        }
+        stage_trace::mark(Stage::Published);
+        let mem = self.memory.load();
+        let mut used = std::mem::take(&mut self.used);
         while touched != 0 {
-            let q = touched.trailing_zeros() as usize;
+            let queue = touched.trailing_zeros() as u16;
             touched &= touched - 1;
-            if let Some(vring) = self.vrings.get(q) {
-                if vring.needs_notification().unwrap_or(true) {
-                    stage_trace::mark(Stage::Notified);
-                    let _ = vring.signal_used_queue();
+            let Some(vring) = self.vrings.get(usize::from(queue)) else {
+                continue;
+            };
+            let mut state = vring.get_mut();
+            let q = state.get_queue_mut();
+            let Some(ring) = SplitRing::map(&*mem, q) else {
+                if let Some(suppressed) = self.warn.check() {
+                    let queue = self.guest_queue(queue);
+                    tracing::warn!(volume = %self.volume.name, queue, suppressed, "cannot return requests: the used ring is not in guest memory");
+                }
+                continue;
+            };
+            let previous = q.next_used();
+            let mut next = previous;
+            for &(_, head, len) in used.iter().filter(|(q, ..)| *q == queue) {
+                match ring.put_used(next, head, len) {
+                    Ok(()) => next = next.wrapping_add(1),
+                    Err(e) => {
+                        if let Some(suppressed) = self.warn.check() {
+                            let queue = self.guest_queue(queue);
+                            tracing::warn!(volume = %self.volume.name, queue, head, suppressed, "cannot return a request: {e}");
+                        }
+                    }
                 }
             }
+            if next == previous || ring.publish_used(next).is_err() {
+                continue;
+            }
+            q.set_next_used(next);
+            if ring.needs_notification(previous, next) {
+                stage_trace::mark(Stage::Notified);
+                let _ = state.signal_used_queue();
+            }
         }
+        used.clear();
+        self.used = used;
     }
 }
 
