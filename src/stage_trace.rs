@@ -27,8 +27,8 @@ pub enum Stage {
     SubmitEnd,
     /// The daemon reaped N completions.
     Reaped,
-    /// The daemon put the first completion since its last notification on a queue's used
-    /// ring, where a guest that polls sees it.
+    /// The daemon published the completions since its last notification on the used
+    /// rings, where a guest that polls sees them.
     Published,
     /// The daemon signalled the guest's used-ring notification (a guest that polls its
     /// queue asks for none).
