@@ -53,7 +53,7 @@ def cycles(events):
                     "daemon: submit system calls (kernel)": in_kernel,
                     "device, and the daemon waking for it (last submit to reap)": reaped
                     - last_submit,
-                    "daemon: complete, to the notification (or the first used entry)": visible
+                    "daemon: complete, to the notification (or the used entries published)": visible
                     - reaped,
                 }
             woke, waits, popped, reaped, published, notified = at, None, None, None, None, None

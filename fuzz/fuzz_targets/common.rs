@@ -19,6 +19,9 @@ pub fn check_accepted(req: &Request, limits: &Limits) {
         RequestKind::Flush | RequestKind::GetId => assert_eq!((req.offset, req.len), (0, 0)),
     }
     for s in &req.data {
-        assert!(s.addr.checked_add(u64::from(s.len)).is_some(), "{s:?} wraps");
+        assert!(
+            s.addr.checked_add(u64::from(s.len)).is_some(),
+            "{s:?} wraps"
+        );
     }
 }

@@ -57,8 +57,16 @@ fuzz_target!(|data: &[u8]| {
     let mut used = 0u16;
     for position in 0..published {
         // The head comes from the avail ring unchecked: it may lie outside the table.
-        let head = ring.avail_head(position).expect("the avail ring is in guest memory");
-        if let Ok(req) = parse_chain(&ring, head, &mut layout, &limits, std::mem::take(&mut spare)) {
+        let head = ring
+            .avail_head(position)
+            .expect("the avail ring is in guest memory");
+        if let Ok(req) = parse_chain(
+            &ring,
+            head,
+            &mut layout,
+            &limits,
+            std::mem::take(&mut spare),
+        ) {
             common::check_accepted(&req, &limits);
             spare = req.data;
         }
@@ -68,6 +76,7 @@ fuzz_target!(|data: &[u8]| {
             used += 1;
         }
     }
-    ring.publish_used(used).expect("the used ring is in guest memory");
+    ring.publish_used(used)
+        .expect("the used ring is in guest memory");
     let _ = ring.needs_notification(0, used);
 });

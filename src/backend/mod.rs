@@ -1,7 +1,8 @@
 //! The data path: vhost-user glue, virtio-blk request parsing, and the io_uring engine.
 //!
 //! - [`request`]: transport-free parsing and validation of virtio-blk requests.
-//! - [`chain`]: a popped descriptor chain to a validated request.
+//! - [`split_ring`]: the split virtqueue's rings, read and written through their
+//!   mappings; [`chain`]: a popped descriptor chain to a validated request.
 //! - [`blk_config`]: features and config space.
 //! - [`disk`], [`bounce`], [`engine`]: the host disk, O_DIRECT bounce buffers, io_uring.
 //! - [`slots`]: the device-wide in-flight limit.
@@ -30,10 +31,10 @@ pub(crate) mod guest_memory;
 pub(crate) mod handshake;
 pub(crate) mod lease;
 pub mod request;
-pub mod split_ring;
 pub(crate) mod server;
 pub(crate) mod sigbus;
 pub(crate) mod slots;
+pub mod split_ring;
 pub(crate) mod vhost;
 pub(crate) mod volume;
 pub(crate) mod worker;

@@ -16,9 +16,7 @@
 
 use std::sync::atomic::{fence, Ordering};
 
-use virtio_bindings::virtio_ring::{
-    VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT, VRING_DESC_F_WRITE,
-};
+use virtio_bindings::virtio_ring::{VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
 use virtio_queue::desc::split::Descriptor;
 use virtio_queue::{Queue, QueueT};
 use vm_memory::bitmap::MS;
@@ -64,9 +62,9 @@ impl<'m, M: GuestMemoryBackend> Area<'m, M> {
     fn write<T: ByteValued>(&self, offset: usize, value: T) -> Option<()> {
         match self {
             Area::Mapped(slice) => slice.get_ref::<T>(offset).ok().map(|r| r.store(value)),
-            Area::Spread { mem, base } => mem
-                .write_obj(value, base.checked_add(offset as u64)?)
-                .ok(),
+            Area::Spread { mem, base } => {
+                mem.write_obj(value, base.checked_add(offset as u64)?).ok()
+            }
         }
     }
 

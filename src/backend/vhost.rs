@@ -99,8 +99,14 @@ impl<A: Admission> VolumeBackend<A> {
         let workers = round_robin(n)
             .zip(&wakes)
             .map(|(queues, wake)| {
-                Worker::new(volume.clone(), wake.clone(), lease.clone(), queues, mem.clone())
-                    .map(Mutex::new)
+                Worker::new(
+                    volume.clone(),
+                    wake.clone(),
+                    lease.clone(),
+                    queues,
+                    mem.clone(),
+                )
+                .map(Mutex::new)
             })
             .collect::<io::Result<Vec<_>>>()?;
         let masks = round_robin_masks(volume.num_queues, n);

@@ -101,7 +101,11 @@ fn an_indirect_table_is_walked_once_and_cannot_nest() {
     // Tables that are empty, not a whole number of descriptors, or outside memory.
     for (addr, len) in [(table, 0), (table, 24), (0xfff0, 32)] {
         put_desc(&mem, DESC, 0, (addr, len, INDIRECT, 0));
-        assert_eq!(walked(&ring, 0).unwrap_err(), RequestError::BrokenChain, "{addr:#x} {len}");
+        assert_eq!(
+            walked(&ring, 0).unwrap_err(),
+            RequestError::BrokenChain,
+            "{addr:#x} {len}"
+        );
     }
 }
 
@@ -133,12 +137,18 @@ fn used_entries_are_written_at_their_position_and_published_by_the_index() {
     let ring = SplitRing::map(&mem, &q).unwrap();
     // Positions run free; the slot is the position modulo the size.
     ring.put_used(SIZE + 1, 6, 513).unwrap();
-    assert_eq!(ring.put_used(0, SIZE, 0), Err(UsedError::HeadOutOfRange(SIZE)));
+    assert_eq!(
+        ring.put_used(0, SIZE, 0),
+        Err(UsedError::HeadOutOfRange(SIZE))
+    );
     let read = |offset: u64| mem.read_obj::<u32>(GuestAddress(USED + offset)).unwrap();
     assert_eq!((read(4 + 8), read(4 + 8 + 4)), (6, 513));
     assert_eq!(mem.read_obj::<u16>(GuestAddress(USED + 2)).unwrap(), 0);
     ring.publish_used(SIZE + 2).unwrap();
-    assert_eq!(mem.read_obj::<u16>(GuestAddress(USED + 2)).unwrap(), SIZE + 2);
+    assert_eq!(
+        mem.read_obj::<u16>(GuestAddress(USED + 2)).unwrap(),
+        SIZE + 2
+    );
 }
 
 #[test]
@@ -173,7 +183,11 @@ fn with_event_idx_the_driver_is_notified_when_its_used_event_is_passed() {
         (101, 104, false),
         (100, 100, false),
     ] {
-        assert_eq!(ring.needs_notification(previous, next), notify, "{previous}..{next}");
+        assert_eq!(
+            ring.needs_notification(previous, next),
+            notify,
+            "{previous}..{next}"
+        );
     }
     mem.write_obj(u16::MAX, used_event).unwrap();
     assert!(ring.needs_notification(u16::MAX - 1, 1), "across the wrap");
@@ -192,7 +206,11 @@ fn rings_across_two_regions_are_read_and_written_access_by_access() {
         let ring = SplitRing::map(&mem, &q).unwrap();
         let straddles = |area: &Area<'_, Memory>| matches!(area, Area::Spread { .. });
         let spread = [&ring.desc, &ring.avail, &ring.used].map(straddles);
-        assert_eq!(spread.iter().filter(|&&s| s).count(), 1, "split at {split:#x}");
+        assert_eq!(
+            spread.iter().filter(|&&s| s).count(),
+            1,
+            "split at {split:#x}"
+        );
         assert_eq!(ring.published(0), Some(4));
         assert_eq!(ring.avail_head(3), Some(3));
         let layout = walked(&ring, 3).unwrap();
@@ -203,7 +221,10 @@ fn rings_across_two_regions_are_read_and_written_access_by_access() {
         }
         ring.publish_used(SIZE).unwrap();
         let last = GuestAddress(used + 4 + 8 * u64::from(SIZE - 1));
-        assert_eq!(mem.read_obj::<u64>(last).unwrap(), u64::from(SIZE - 1) << 32 | 3);
+        assert_eq!(
+            mem.read_obj::<u64>(last).unwrap(),
+            u64::from(SIZE - 1) << 32 | 3
+        );
         assert_eq!(mem.read_obj::<u16>(GuestAddress(used + 2)).unwrap(), SIZE);
     }
 }

@@ -121,11 +121,7 @@ impl<A: Admission> Worker<A> {
     /// rings it pops from keep their notifications off until [`Worker::end_polling`].
     /// Returns the deadline to keep polling until: a window from now when work was
     /// found, `None` once `deadline_ns` has passed or requests are parked.
-    pub fn poll_once(
-        &mut self,
-        deadline_ns: u64,
-        vrings: &[Vring],
-    ) -> io::Result<Option<u64>> {
+    pub fn poll_once(&mut self, deadline_ns: u64, vrings: &[Vring]) -> io::Result<Option<u64>> {
         let before = self.progress;
         let looked_at = monotonic_now_ns();
         let mut ready = self.serving & !(self.stopping | self.broken);

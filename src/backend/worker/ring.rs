@@ -56,7 +56,7 @@ impl<A: Admission> Worker<A> {
                 }
                 // Nothing popped, yet "more available". Normally the guest published between
                 // the pop and re-enabling notifications, and the next pass finds it. If the
-                // avail index is impossible (more pending than the ring holds) virtio-queue
+                // avail index is impossible (more pending than the ring holds) the ring
                 // refuses to pop and this would spin forever.
                 idle_passes += 1;
                 if Self::pending(vring, &mem) > u32::from(vring.get_ref().get_queue().size())
