@@ -18,6 +18,7 @@ const MEMORY: usize = 64 << 10;
 const DESC_TABLE: u64 = 0;
 const AVAIL_RING: u64 = 0x1000;
 const USED_RING: u64 = 0x2000;
+const SPLIT: u64 = AVAIL_RING + 2;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&control, memory)) = data.split_first() else {
@@ -25,8 +26,17 @@ fuzz_target!(|data: &[u8]| {
     };
     // Queue sizes 1..=256, powers of two as a split queue needs.
     let size = 1u16 << (control & 7);
-    let mem: GuestMemoryMmap<()> =
-        GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEMORY)]).unwrap();
+    // Guest memory in one region, or in two adjacent ones split inside the avail ring (the
+    // rings are then read access by access where they straddle the split).
+    let mem: GuestMemoryMmap<()> = if control & 32 == 0 {
+        GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEMORY)]).unwrap()
+    } else {
+        GuestMemoryMmap::from_ranges(&[
+            (GuestAddress(0), SPLIT as usize),
+            (GuestAddress(SPLIT), MEMORY - SPLIT as usize),
+        ])
+        .unwrap()
+    };
     let n = memory.len().min(MEMORY);
     vm_memory::Bytes::write_slice(&mem, &memory[..n], GuestAddress(0)).unwrap();
 
@@ -76,7 +86,7 @@ fuzz_target!(|data: &[u8]| {
             used += 1;
         }
     }
-    ring.publish_used(used)
+    ring.publish_used_up_to(used)
         .expect("the used ring is in guest memory");
     let _ = ring.needs_notification(0, used);
 });

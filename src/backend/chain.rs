@@ -23,7 +23,7 @@ pub fn parse_chain<M: GuestMemoryBackend>(
     request::parse_reusing(layout, limits, data, |addr, buf| {
         let addr = GuestAddress(addr);
         // A header (or discard segment) almost always lies in one region: one lookup,
-        // and a whole header in one load rather than vm-memory's general copy.
+        // and a whole header in one 16-byte copy rather than vm-memory's general one.
         match mem.get_slice(addr, buf.len()) {
             Ok(slice) => match <&mut [u8; HEADER_LEN]>::try_from(&mut *buf) {
                 Ok(header) => slice

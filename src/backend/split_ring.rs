@@ -134,7 +134,8 @@ impl<'m, M: GuestMemoryBackend> SplitRing<'m, M> {
         Some(avail_idx.wrapping_sub(next_avail)).filter(|&n| n <= self.size)
     }
 
-    /// The head of the chain at avail position `position` (a free-running index).
+    /// The head of the chain at avail position `position` (a free-running index; the
+    /// size is a power of two, as virtio-queue requires, so the slot survives its wrap).
     pub fn avail_head(&self, position: u16) -> Option<u16> {
         let slot = usize::from(position % self.size);
         self.avail
@@ -156,8 +157,9 @@ impl<'m, M: GuestMemoryBackend> SplitRing<'m, M> {
             .ok_or(UsedError::Unwritable)
     }
 
-    /// Makes the used entries before `next_used` visible to the driver.
-    pub fn publish_used(&self, next_used: u16) -> Result<(), UsedError> {
+    /// Makes the used entries before `next_used` visible to the driver: stores the used
+    /// index, after the entries.
+    pub fn publish_used_up_to(&self, next_used: u16) -> Result<(), UsedError> {
         self.used
             .store(2, next_used.to_le(), Ordering::Release)
             .ok_or(UsedError::Unwritable)

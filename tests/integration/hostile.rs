@@ -42,7 +42,7 @@ fn an_impossible_avail_index_stops_that_queue_only() {
         ..Options::default()
     };
     let mut f = RawFrontend::connect(&d.socket("v"), opts);
-    // More entries "available" than the ring has: virtio-queue refuses to pop, and a naive
+    // More entries "available" than the ring has: the daemon refuses to pop, and a naive
     // "enable notifications, more arrived, pop again" loop would spin forever.
     f.set_avail_idx_raw(1, 256 + 7);
     f.kick(1);

@@ -144,7 +144,7 @@ fn used_entries_are_written_at_their_position_and_published_by_the_index() {
     let read = |offset: u64| mem.read_obj::<u32>(GuestAddress(USED + offset)).unwrap();
     assert_eq!((read(4 + 8), read(4 + 8 + 4)), (6, 513));
     assert_eq!(mem.read_obj::<u16>(GuestAddress(USED + 2)).unwrap(), 0);
-    ring.publish_used(SIZE + 2).unwrap();
+    ring.publish_used_up_to(SIZE + 2).unwrap();
     assert_eq!(
         mem.read_obj::<u16>(GuestAddress(USED + 2)).unwrap(),
         SIZE + 2
@@ -219,7 +219,7 @@ fn rings_across_two_regions_are_read_and_written_access_by_access() {
         for position in 0..SIZE {
             ring.put_used(position, 3, u32::from(position)).unwrap();
         }
-        ring.publish_used(SIZE).unwrap();
+        ring.publish_used_up_to(SIZE).unwrap();
         let last = GuestAddress(used + 4 + 8 * u64::from(SIZE - 1));
         assert_eq!(
             mem.read_obj::<u64>(last).unwrap(),

@@ -99,7 +99,7 @@ pub struct Worker<A: Admission> {
     /// Queues whose guest broke the ring protocol (an avail index that cannot be right,
     /// or more chains outstanding than the ring holds): not served until restarted.
     broken: u64,
-    /// Chains popped from each queue and not yet returned to the used ring. A driver can
+    /// Chains popped from each queue and not yet published on its used ring. A driver can
     /// never have more than the ring size outstanding; this bounds what a guest can make
     /// the worker hold.
     outstanding: Vec<u32>,
@@ -110,7 +110,7 @@ pub struct Worker<A: Admission> {
     /// returned by completed ones.
     reaped: Vec<(u64, i32)>,
     layout: ChainLayout,
-    popped_chains: Vec<u16>,
+    popped_heads: Vec<u16>,
     segment_pool: Vec<Vec<Segment>>,
     /// Completions to report to admission control, once per pump (see `settle`).
     settled: Vec<(A::Ticket, Timing)>,
@@ -178,7 +178,7 @@ impl<A: Admission> Worker<A> {
             warn: LogLimiter::new(Duration::from_secs(1)),
             reaped: Vec::with_capacity(depth.min(4096) as usize),
             layout: ChainLayout::default(),
-            popped_chains: Vec::new(),
+            popped_heads: Vec::new(),
             segment_pool: Vec::new(),
             settled: Vec::with_capacity(depth.min(4096) as usize),
             iovec_pool: IovecPool::default(),
@@ -208,9 +208,11 @@ impl<A: Admission> Worker<A> {
         self.queues.first + local * self.queues.stride
     }
 
-    /// Serves what an event's handler left when it failed: completions reaped, the guest
-    /// notified. The null device's completions signal no eventfd, so nothing else would.
+    /// Serves what an event's handler left when it failed: completions reaped, the chains
+    /// returned so far published. The null device's completions signal no eventfd, and a
+    /// guest waiting for an answered chain may never kick again, so nothing else would.
     pub fn reap_leftovers(&mut self) -> io::Result<()> {
+        self.publish_used();
         if self.engine.has_completions() {
             self.pump()?;
         }
@@ -303,18 +305,23 @@ impl<A: Admission> Worker<A> {
     }
 
     /// Dispatches what may go, submits, completes what finished, until nothing moves; then
-    /// notifies the guest once per touched queue.
+    /// publishes the returned chains, notifying the guest once per touched queue. They are
+    /// published even when a step failed: a guest waiting for them may never kick again.
     fn pump(&mut self) -> io::Result<()> {
+        let moved = self.pump_until_idle();
+        self.settle();
+        self.publish_used();
+        moved
+    }
+
+    fn pump_until_idle(&mut self) -> io::Result<()> {
         loop {
             self.dispatch()?;
             self.engine.submit()?;
             if self.complete_ready()? == 0 {
-                break;
+                return Ok(());
             }
         }
-        self.settle();
-        self.publish_used();
-        Ok(())
     }
 
     /// Reports the completions gathered since the last call to admission control.

@@ -96,9 +96,10 @@ impl<A: Admission> Worker<A> {
         // The rings' places are the frontend's to change only while the queue is stopped,
         // which waits for this pass.
         let Some(ring) = SplitRing::map(&**mem, vring.get_ref().get_queue()) else {
+            self.mark_broken(queue, "its rings are not in guest memory");
             return Ok(0);
         };
-        let mut heads = std::mem::take(&mut self.popped_chains);
+        let mut heads = std::mem::take(&mut self.popped_heads);
         loop {
             // Start the device early: the requests accepted so far go to the kernel after
             // the 1st, 2nd, 4th, 8th... chain of a batch, so the device works on the first
@@ -110,7 +111,7 @@ impl<A: Admission> Worker<A> {
             let ring_full = self.pop_chains(vring, queue, &ring, want, &mut heads);
             let got = heads.len();
             if got == 0 {
-                self.popped_chains = heads;
+                self.popped_heads = heads;
                 if ring_full && Self::pending(vring, mem) > 0 {
                     // More chains than the ring holds: descriptors are being reused while
                     // still ours. Stop rather than queue without bound.
@@ -171,6 +172,10 @@ impl<A: Admission> Worker<A> {
     ) -> bool {
         let mut state = vring.get_mut();
         let q = state.get_queue_mut();
+        // GET_VRING_BASE marks the ring not ready before it waits for this pass to end.
+        if !q.ready() {
+            return false;
+        }
         let size = u32::from(ring.size());
         let outstanding = &mut self.outstanding[queue as usize];
         let mut next = q.next_avail();
@@ -297,15 +302,10 @@ impl<A: Admission> Worker<A> {
     }
 
     /// Returns the chain to the guest: its used entry is written with the others of the
-    /// batch by [`Self::publish_used`].
+    /// batch by [`Self::publish_used`], and until then it still counts as outstanding.
     fn return_chain(&mut self, queue: u16, head: u16, used_len: u32) {
-        if let Some(n) = self.outstanding.get_mut(queue as usize) {
-            *n = n.saturating_sub(1);
-        }
-        if usize::from(queue) < self.vrings.len() {
-            self.used.push((queue, head, used_len));
-            self.touched |= 1 << queue;
-        }
+        self.used.push((queue, head, used_len));
+        self.touched |= 1 << queue;
     }
 
     /// Writes the status byte and puts the chain on the used ring.
@@ -342,6 +342,11 @@ impl<A: Admission> Worker<A> {
         while touched != 0 {
             let queue = touched.trailing_zeros() as u16;
             touched &= touched - 1;
+            let entries = used.iter().filter(|(q, ..)| *q == queue);
+            // Written or not, these chains are no longer the worker's.
+            if let Some(n) = self.outstanding.get_mut(usize::from(queue)) {
+                *n = n.saturating_sub(entries.clone().count() as u32);
+            }
             let Some(vring) = self.vrings.get(usize::from(queue)) else {
                 continue;
             };
@@ -350,13 +355,13 @@ impl<A: Admission> Worker<A> {
             let Some(ring) = SplitRing::map(&*mem, q) else {
                 if let Some(suppressed) = self.warn.check() {
                     let queue = self.guest_queue(queue);
-                    tracing::warn!(volume = %self.volume.name, queue, suppressed, "cannot return requests: the used ring is not in guest memory");
+                    tracing::warn!(volume = %self.volume.name, queue, suppressed, "cannot return requests: the queue's rings are not in guest memory");
                 }
                 continue;
             };
             let previous = q.next_used();
             let mut next = previous;
-            for &(_, head, len) in used.iter().filter(|(q, ..)| *q == queue) {
+            for &(_, head, len) in entries {
                 match ring.put_used(next, head, len) {
                     Ok(()) => next = next.wrapping_add(1),
                     Err(e) => {
@@ -367,7 +372,14 @@ impl<A: Admission> Worker<A> {
                     }
                 }
             }
-            if next == previous || ring.publish_used(next).is_err() {
+            if next == previous {
+                continue;
+            }
+            if let Err(e) = ring.publish_used_up_to(next) {
+                if let Some(suppressed) = self.warn.check() {
+                    let queue = self.guest_queue(queue);
+                    tracing::warn!(volume = %self.volume.name, queue, suppressed, "cannot return requests: {e}");
+                }
                 continue;
             }
             q.set_next_used(next);
