@@ -37,7 +37,11 @@ const USED_ENTRY: usize = 8;
 /// address otherwise.
 enum Area<'m, M: GuestMemoryBackend> {
     Mapped(VolatileSlice<'m, MS<'m, M>>),
-    Spread { mem: &'m M, base: GuestAddress },
+    Spread {
+        mem: &'m M,
+        base: GuestAddress,
+        len: usize,
+    },
 }
 
 impl<'m, M: GuestMemoryBackend> Area<'m, M> {
@@ -47,39 +51,52 @@ impl<'m, M: GuestMemoryBackend> Area<'m, M> {
         let base = GuestAddress(base);
         match mem.get_slice(base, len) {
             Ok(slice) => Some(Area::Mapped(slice)),
-            Err(_) if mem.check_range(base, len) => Some(Area::Spread { mem, base }),
+            Err(_) if mem.check_range(base, len) => Some(Area::Spread { mem, base, len }),
             Err(_) => None,
         }
     }
 
+    /// The guest address of a `T` at `offset`, when it lies inside a spread area (a mapped
+    /// one checks its own bounds).
+    fn spread_address<T>(base: GuestAddress, len: usize, offset: usize) -> Option<GuestAddress> {
+        if offset.checked_add(std::mem::size_of::<T>())? > len {
+            return None;
+        }
+        base.checked_add(offset as u64)
+    }
+
     fn read<T: ByteValued>(&self, offset: usize) -> Option<T> {
-        match self {
-            Area::Mapped(slice) => slice.get_ref::<T>(offset).ok().map(|r| r.load()),
-            Area::Spread { mem, base } => mem.read_obj(base.checked_add(offset as u64)?).ok(),
+        match *self {
+            Area::Mapped(ref slice) => slice.get_ref::<T>(offset).ok().map(|r| r.load()),
+            Area::Spread { mem, base, len } => mem
+                .read_obj(Self::spread_address::<T>(base, len, offset)?)
+                .ok(),
         }
     }
 
     fn write<T: ByteValued>(&self, offset: usize, value: T) -> Option<()> {
-        match self {
-            Area::Mapped(slice) => slice.get_ref::<T>(offset).ok().map(|r| r.store(value)),
-            Area::Spread { mem, base } => {
-                mem.write_obj(value, base.checked_add(offset as u64)?).ok()
-            }
+        match *self {
+            Area::Mapped(ref slice) => slice.get_ref::<T>(offset).ok().map(|r| r.store(value)),
+            Area::Spread { mem, base, len } => mem
+                .write_obj(value, Self::spread_address::<T>(base, len, offset)?)
+                .ok(),
         }
     }
 
     fn load<T: AtomicAccess>(&self, offset: usize, order: Ordering) -> Option<T> {
-        match self {
-            Area::Mapped(slice) => slice.load(offset, order).ok(),
-            Area::Spread { mem, base } => mem.load(base.checked_add(offset as u64)?, order).ok(),
+        match *self {
+            Area::Mapped(ref slice) => slice.load(offset, order).ok(),
+            Area::Spread { mem, base, len } => mem
+                .load(Self::spread_address::<T>(base, len, offset)?, order)
+                .ok(),
         }
     }
 
     fn store<T: AtomicAccess>(&self, offset: usize, value: T, order: Ordering) -> Option<()> {
-        match self {
-            Area::Mapped(slice) => slice.store(value, offset, order).ok(),
-            Area::Spread { mem, base } => mem
-                .store(value, base.checked_add(offset as u64)?, order)
+        match *self {
+            Area::Mapped(ref slice) => slice.store(value, offset, order).ok(),
+            Area::Spread { mem, base, len } => mem
+                .store(value, Self::spread_address::<T>(base, len, offset)?, order)
                 .ok(),
         }
     }

@@ -211,6 +211,12 @@ fn rings_across_two_regions_are_read_and_written_access_by_access() {
             1,
             "split at {split:#x}"
         );
+        // Nothing is read or written past an area, mapped or not (guest memory goes on
+        // after it).
+        let past_the_table = usize::from(SIZE) * 16;
+        assert!(ring.desc.read::<Descriptor>(past_the_table).is_none());
+        let past_the_used_ring = RING_HEADER + usize::from(SIZE) * USED_ENTRY + 2;
+        assert!(ring.used.write(past_the_used_ring, 0u64).is_none());
         assert_eq!(ring.published(0), Some(4));
         assert_eq!(ring.avail_head(3), Some(3));
         let layout = walked(&ring, 3).unwrap();
