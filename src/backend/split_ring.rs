@@ -161,7 +161,8 @@ impl<'m, M: GuestMemoryBackend> SplitRing<'m, M> {
     }
 
     /// Writes the used entry at position `position` (a free-running index): chain `head`,
-    /// `len` bytes written. The driver sees it once [`Self::publish_used`] passes it.
+    /// `len` bytes written. The driver sees it once [`Self::publish_used_up_to`] passes
+    /// it.
     pub fn put_used(&self, position: u16, head: u16, len: u32) -> Result<(), UsedError> {
         if head >= self.size {
             return Err(UsedError::HeadOutOfRange(head));
