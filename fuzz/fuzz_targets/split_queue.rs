@@ -63,7 +63,7 @@ fuzz_target!(|data: &[u8]| {
     let Some(published) = ring.published(0) else {
         return;
     };
-    // The worker stops once the ring's size of chains is outstanding.
+    // At most the ring's size of chains, as the worker holds at most that many.
     let mut used = 0u16;
     for position in 0..published {
         // The head comes from the avail ring unchecked: it may lie outside the table.
