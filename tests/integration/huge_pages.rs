@@ -14,28 +14,42 @@ impl HugePagePool {
     pub fn reserve(bytes: u64) -> HugePagePool {
         let page = meminfo("Hugepagesize:") << 10;
         assert!(page > 0, "this kernel has no huge pages");
-        let (needed, free) = (bytes.div_ceil(page), free_pages());
-        if free >= needed {
-            return HugePagePool { grown_from: None };
+        let needed = bytes.div_ceil(page);
+        let mut pool = HugePagePool { grown_from: None };
+        // Growing the pool first turns surplus pages (free ones count in
+        // `HugePages_Free`) into persistent ones, and other users of the pool come and
+        // go, so one write can fall short: grow again while the pool grows.
+        let mut last_error = None;
+        for _ in 0..8 {
+            let (free, total) = (free_pages(), Self::pool_size());
+            if free >= needed {
+                break;
+            }
+            pool.grown_from.get_or_insert(total);
+            let wanted = total + needed - free;
+            if let Err(e) = std::fs::write(Self::POOL, wanted.to_string()) {
+                last_error = Some(e);
+                break;
+            }
+            if Self::pool_size() <= total {
+                break;
+            }
         }
-        let total: u64 = std::fs::read_to_string(Self::POOL)
+        assert!(
+            free_pages() >= needed,
+            "{needed} free huge pages are needed: as root, grow {} by {} ({last_error:?})",
+            Self::POOL,
+            needed.saturating_sub(free_pages())
+        );
+        pool
+    }
+
+    fn pool_size() -> u64 {
+        std::fs::read_to_string(Self::POOL)
             .unwrap()
             .trim()
             .parse()
-            .unwrap();
-        let wanted = total + needed - free;
-        let grown = std::fs::write(Self::POOL, wanted.to_string());
-        let pool = HugePagePool {
-            grown_from: grown.is_ok().then_some(total),
-        };
-        assert!(
-            grown.is_ok() && free_pages() >= needed,
-            "{needed} free huge pages are needed: as root, echo {wanted} > {} ({grown:?}, {} \
-             free)",
-            Self::POOL,
-            free_pages()
-        );
-        pool
+            .unwrap()
     }
 }
 
