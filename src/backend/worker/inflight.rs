@@ -26,7 +26,8 @@ const IOV_MAX: usize = 1024;
 /// MiB per request; larger unaligned requests fail with IOERR).
 const MAX_BOUNCE_BYTES: usize = 8 << 20;
 
-/// A request the device is working on. Owns everything the kernel points into.
+/// A request the device is working on. Owns everything the kernel points into. Reused
+/// for the worker's next requests ([`super::records`]).
 pub(super) struct InFlight<T> {
     pub(super) queue: u16,
     head: u16,
@@ -42,8 +43,8 @@ pub(super) struct InFlight<T> {
     bounce: Option<BounceBuffer>,
     copy_back: Vec<Segment>,
     /// Keeps the guest memory mapped until the kernel is done with it, even if the
-    /// frontend replaces the memory table meanwhile.
-    mem: Arc<Mem>,
+    /// frontend replaces the memory table meanwhile. `None` in an emptied record.
+    mem: Option<Arc<Mem>>,
     pub(super) ticket: Option<T>,
     pub(super) timing: Timing,
     /// An injected device error (`[[device.emulated.faults]]`) replacing the result.
@@ -51,16 +52,45 @@ pub(super) struct InFlight<T> {
 }
 
 // SAFETY: the raw iovec pointers point into `mem` (kept alive by the Arc) or into `bounce`,
-// both owned by this record; nothing else aliases them.
+// both owned by this record; nothing else aliases them. An emptied record has none.
 unsafe impl<T: Send> Send for InFlight<T> {}
 
-/// Empty iovec arrays kept for their capacity.
-#[derive(Default)]
-pub(super) struct IovecPool(Vec<Vec<libc::iovec>>);
+impl<T> Default for InFlight<T> {
+    fn default() -> Self {
+        InFlight {
+            queue: 0,
+            head: 0,
+            kind: RequestKind::Flush,
+            io: IoRequest {
+                kind: IoKind::Flush,
+                offset: 0,
+                len: 0,
+            },
+            status_addr: 0,
+            guest_written: 0,
+            iovecs: Vec::new(),
+            bounce: None,
+            copy_back: Vec::new(),
+            mem: None,
+            ticket: None,
+            timing: Timing::default(),
+            fault: None,
+        }
+    }
+}
 
-// SAFETY: the pooled vectors are always empty (cleared before they are pooled), so they
-// hold no pointers; only their allocations move between threads.
-unsafe impl Send for IovecPool {}
+impl<T> InFlight<T> {
+    /// Lets go of the finished request's memory and buffers; the arrays keep their
+    /// capacity for the next request.
+    pub(super) fn empty(&mut self) {
+        self.iovecs.clear();
+        self.copy_back.clear();
+        self.bounce = None;
+        self.mem = None;
+        self.ticket = None;
+        self.fault = None;
+    }
+}
 
 impl<A: Admission> Worker<A> {
     /// Builds the device operation for an admitted request and queues it on the ring.
@@ -69,26 +99,23 @@ impl<A: Admission> Worker<A> {
         let disk = &vol.disk;
         let host_offset = vol.host_offset + p.req.request.offset;
         let fault = vol.shared.faults.pick(&vol.name, p.io.kind);
-        let mut record = InFlight {
-            queue: p.req.queue,
-            head: p.req.head,
-            kind: p.req.request.kind,
-            io: p.io,
-            status_addr: p.req.request.status_addr,
-            guest_written: 0,
-            iovecs: self.iovec_pool.0.pop().unwrap_or_default(),
-            bounce: None,
-            copy_back: Vec::new(),
-            mem: p.req.mem,
-            ticket: p.ticket,
-            timing: Timing {
-                arrived_ns: p.arrived_ns,
-                admitted_ns: p.admitted_ns,
-                submitted_ns: now,
-                completed_ns: 0,
-            },
-            fault,
+        // Filled field by field: the record is reused in place (an emptied one).
+        let mut record = self.records.spare();
+        record.queue = p.req.queue;
+        record.head = p.req.head;
+        record.kind = p.req.request.kind;
+        record.io = p.io;
+        record.status_addr = p.req.request.status_addr;
+        record.guest_written = 0;
+        record.ticket = p.ticket;
+        record.timing = Timing {
+            arrived_ns: p.arrived_ns,
+            admitted_ns: p.admitted_ns,
+            submitted_ns: now,
+            completed_ns: 0,
         };
+        record.fault = fault;
+        record.mem = Some(p.req.mem);
         let op = match p.req.request.kind {
             RequestKind::Read | RequestKind::Write => {
                 let is_read = p.req.request.kind == RequestKind::Read;
@@ -183,17 +210,21 @@ impl<A: Admission> Worker<A> {
     /// Hands `op` to the kernel on behalf of `record` (its completion held until
     /// `deadline_ns` if given); if the ring refuses it, the request fails with IOERR
     /// instead of waiting for a completion that will never come.
-    fn submit_op(&mut self, record: InFlight<A::Ticket>, op: DeviceOp, deadline_ns: Option<u64>) {
-        let slot = self.insert(record);
+    fn submit_op(
+        &mut self,
+        record: Box<InFlight<A::Ticket>>,
+        op: DeviceOp,
+        deadline_ns: Option<u64>,
+    ) {
+        let user_data = self.records.insert(record) as u64;
         let pushed = match deadline_ns {
-            Some(deadline) => self.engine.push_until(op, slot as u64, deadline),
-            None => self.engine.push(op, slot as u64),
+            Some(deadline) => self.engine.push_until(op, user_data, deadline),
+            None => self.engine.push(op, user_data),
         };
         if let Err(e) = pushed {
-            let record = self.inflight[slot].take().expect("just inserted");
-            self.free_slots.push(slot);
-            self.in_flight_count -= 1;
-            self.fail_unstarted(record, &format!("io_uring refused the request: {e}"));
+            if let Some(record) = self.records.take(user_data) {
+                self.fail_unstarted(record, &format!("io_uring refused the request: {e}"));
+            }
         }
     }
 
@@ -207,6 +238,9 @@ impl<A: Admission> Worker<A> {
     ) -> Result<(), String> {
         let disk = &self.volume.disk;
         let not_ram = |addr: u64| format!("guest buffer {addr:#x} is not guest RAM");
+        let Some(mem) = record.mem.as_deref() else {
+            return Err("no guest memory".into());
+        };
         let mut aligned = true;
         let mut push = |iovecs: &mut Vec<libc::iovec>, base: *mut u8, len: usize| {
             aligned &= (base as u64) % disk.mem_align == 0 && (len as u64) % disk.mem_align == 0;
@@ -220,11 +254,11 @@ impl<A: Admission> Worker<A> {
             // A segment almost always lies in one region: one lookup. The slice iterator
             // for segments across regions is not always inlined, and then cost the null
             // path 8 % at QD32.
-            if let Ok(slice) = record.mem.get_slice(addr, len) {
+            if let Ok(slice) = mem.get_slice(addr, len) {
                 push(&mut record.iovecs, slice.ptr_guard_mut().as_ptr(), len);
                 continue;
             }
-            for slice in record.mem.get_slices(addr, len) {
+            for slice in mem.get_slices(addr, len) {
                 let slice = slice.map_err(|_| not_ram(seg.addr))?;
                 push(
                     &mut record.iovecs,
@@ -244,22 +278,21 @@ impl<A: Admission> Worker<A> {
             let mut buffer =
                 BounceBuffer::zeroed(total, disk.mem_align.max(disk.block_size) as usize);
             if is_read {
-                record.copy_back = data.to_vec();
+                record.copy_back.extend_from_slice(data);
             } else {
                 let mut at = 0;
                 for seg in data {
                     let dst = &mut buffer.as_mut_slice()[at..at + seg.len as usize];
-                    record
-                        .mem
-                        .read_slice(dst, GuestAddress(seg.addr))
+                    mem.read_slice(dst, GuestAddress(seg.addr))
                         .map_err(|_| not_ram(seg.addr))?;
                     at += seg.len as usize;
                 }
             }
-            record.iovecs = vec![libc::iovec {
+            record.iovecs.clear();
+            record.iovecs.push(libc::iovec {
                 iov_base: buffer.as_mut_ptr().cast(),
                 iov_len: total,
-            }];
+            });
             record.bounce = Some(buffer);
             VolumeCounters::add(&self.volume.counters.bounced, 1);
         }
@@ -267,26 +300,12 @@ impl<A: Admission> Worker<A> {
     }
 
     /// Fails a request that holds a device slot but never reached the device.
-    fn fail_unstarted(&mut self, record: InFlight<A::Ticket>, why: &str) {
+    fn fail_unstarted(&mut self, record: Box<InFlight<A::Ticket>>, why: &str) {
         if let Some(suppressed) = self.warn.check() {
             tracing::warn!(volume = %self.volume.name, suppressed, "request failed: {why}");
         }
         let now = self.volume.admission.now_ns();
         self.complete_one(record, -libc::EINVAL, false, now);
-    }
-
-    fn insert(&mut self, record: InFlight<A::Ticket>) -> usize {
-        self.in_flight_count += 1;
-        match self.free_slots.pop() {
-            Some(i) => {
-                self.inflight[i] = Some(record);
-                i
-            }
-            None => {
-                self.inflight.push(Some(record));
-                self.inflight.len() - 1
-            }
-        }
     }
 
     /// Reaps every posted completion. Returns how many there were.
@@ -305,14 +324,10 @@ impl<A: Admission> Worker<A> {
             0
         };
         for &(user_data, result) in &done {
-            let index = user_data as usize;
-            let Some(record) = self.inflight.get_mut(index).and_then(Option::take) else {
+            let Some(record) = self.records.take(user_data) else {
                 tracing::error!(volume = %self.volume.name, user_data, "completion for an unknown request");
                 continue;
             };
-            self.free_slots.push(index);
-            self.in_flight_count -= 1;
-            // Checked before the record moves again: it is large, and this is per request.
             if zeroes_to_write(&record, result) {
                 self.write_zeroes_from_buffer(record);
             } else {
@@ -325,16 +340,17 @@ impl<A: Admission> Worker<A> {
 
     /// Writes the zeroes of a write-zeroes request the filesystem could not zero
     /// ([`zeroes_to_write`]) from a zeroed buffer.
-    fn write_zeroes_from_buffer(&mut self, mut record: InFlight<A::Ticket>) {
+    fn write_zeroes_from_buffer(&mut self, mut record: Box<InFlight<A::Ticket>>) {
         let disk = &self.volume.disk;
         let buffer = BounceBuffer::zeroed(
             record.io.len as usize,
             disk.mem_align.max(disk.block_size) as usize,
         );
-        record.iovecs = vec![libc::iovec {
+        record.iovecs.clear();
+        record.iovecs.push(libc::iovec {
             iov_base: buffer.as_mut_ptr().cast(),
             iov_len: record.io.len as usize,
-        }];
+        });
         record.bounce = Some(buffer);
         let op = DeviceOp::Writev {
             iovecs: record.iovecs.as_ptr(),
@@ -345,16 +361,19 @@ impl<A: Admission> Worker<A> {
     }
 
     /// Finishes one request: copies bounced reads back, writes the status, returns the
-    /// chain, releases the device slot, and reports the completion to QoS.
+    /// chain, releases the device slot, reports the completion to QoS, and keeps the
+    /// emptied record for the next request.
     fn complete_one(
         &mut self,
-        mut record: InFlight<A::Ticket>,
+        mut record: Box<InFlight<A::Ticket>>,
         result: i32,
         log_failure: bool,
         now_ns: u64,
     ) {
         let vol = self.volume.clone();
         let c = &vol.counters;
+        // Every started record holds the memory it was popped with.
+        let mem = record.mem.take().unwrap_or_else(|| self.memory.load());
         let expected = match record.kind {
             RequestKind::Read | RequestKind::Write if vol.disk.file.is_some() => {
                 record.io.len as i64
@@ -375,7 +394,7 @@ impl<A: Admission> Worker<A> {
                 let mut at = 0;
                 for seg in &record.copy_back {
                     let src = &buffer.as_slice()[at..at + seg.len as usize];
-                    ok &= record.mem.write_slice(src, GuestAddress(seg.addr)).is_ok();
+                    ok &= mem.write_slice(src, GuestAddress(seg.addr)).is_ok();
                     at += seg.len as usize;
                 }
             }
@@ -409,7 +428,7 @@ impl<A: Admission> Worker<A> {
         if self.dirty_logging && record.kind == RequestKind::Read && record.bounce.is_none() {
             // io_uring wrote the guest's buffers behind vm-memory's back (a failed or short
             // read may have written some): log their pages before the used ring says so.
-            log_written(&record.mem, &record.iovecs);
+            log_written(&mem, &record.iovecs);
         }
         let written = if ok { record.guest_written } else { 0 };
         self.finish(
@@ -418,17 +437,14 @@ impl<A: Admission> Worker<A> {
             record.status_addr,
             status,
             written,
-            &record.mem,
+            &mem,
         );
         vol.shared.slots.release();
         record.timing.completed_ns = now_ns;
         if let Some(ticket) = record.ticket.take() {
             self.settled.push((ticket, record.timing));
         }
-        if record.bounce.is_none() {
-            record.iovecs.clear();
-            self.iovec_pool.0.push(record.iovecs);
-        }
+        self.records.recycle(record);
     }
 }
 

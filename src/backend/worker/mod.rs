@@ -12,6 +12,7 @@
 
 mod inflight;
 mod poll;
+mod records;
 mod ring;
 
 use std::io;
@@ -23,7 +24,7 @@ use vm_memory::GuestMemoryMmap;
 use vmm_sys_util::eventfd::EventFd;
 use vmm_sys_util::timerfd::TimerFd;
 
-use self::inflight::{InFlight, IovecPool};
+use self::records::Records;
 use super::admission::{Admission, Timing};
 use super::admit_queue::{AdmitQueue, Next, Parked, WaitDeadline};
 use super::engine::Engine;
@@ -84,9 +85,8 @@ pub struct Worker<A: Admission> {
     /// A kick waited for the other connection's rings since this one last served.
     waited_for_rings: bool,
     fifo: AdmitQueue<Popped, A::Ticket>,
-    inflight: Vec<Option<InFlight<A::Ticket>>>,
-    free_slots: Vec<usize>,
-    in_flight_count: usize,
+    /// The requests on the device.
+    records: Records<A::Ticket>,
     /// The vrings of this connection, captured from the first event (for `drain`, which
     /// runs outside the event loop).
     vrings: Vec<Vring>,
@@ -106,15 +106,13 @@ pub struct Worker<A: Admission> {
     warn: LogLimiter,
     /// Scratch space reused per request or batch, so the hot path does not allocate:
     /// reaped completions, the heads of the chains popped together, the descriptor layout of the
-    /// chain being parsed, the data segment vectors of started requests, and iovec arrays
-    /// returned by completed ones.
+    /// chain being parsed, and the data segment vectors of started requests.
     reaped: Vec<(u64, i32)>,
     layout: ChainLayout,
     popped_heads: Vec<u16>,
     segment_pool: Vec<Vec<Segment>>,
     /// Completions to report to admission control, once per pump (see `settle`).
     settled: Vec<(A::Ticket, Timing)>,
-    iovec_pool: IovecPool,
     /// End of this volume's previous request on the emulated disk.
     emulated_prev_end: Option<u64>,
     /// Chains popped plus completions reaped, ever: polling's measure of work found.
@@ -166,9 +164,7 @@ impl<A: Admission> Worker<A> {
             deferred: 0,
             waited_for_rings: false,
             fifo: AdmitQueue::default(),
-            inflight: Vec::new(),
-            free_slots: Vec::new(),
-            in_flight_count: 0,
+            records: Records::default(),
             vrings: Vec::new(),
             touched: 0,
             stopping: 0,
@@ -181,7 +177,6 @@ impl<A: Admission> Worker<A> {
             popped_heads: Vec::new(),
             segment_pool: Vec::new(),
             settled: Vec::with_capacity(depth.min(4096) as usize),
-            iovec_pool: IovecPool::default(),
             emulated_prev_end: None,
             progress: 0,
             poll: poll::PollWindow::new(volume.shared.poll_max_ns),
@@ -418,14 +413,10 @@ impl<A: Admission> Worker<A> {
         loop {
             self.pump()?;
             let busy = self.fifo.iter().any(|p| mask & (1 << p.req.queue) != 0)
-                || self
-                    .inflight
-                    .iter()
-                    .flatten()
-                    .any(|r| mask & (1 << r.queue) != 0);
+                || self.records.iter().any(|r| mask & (1 << r.queue) != 0);
             // pump() started every request of the stopping queues, so something is in flight
             // whenever we are still busy; never block on an idle ring.
-            if !busy || self.in_flight_count == 0 {
+            if !busy || self.records.len() == 0 {
                 return Ok(());
             }
             self.engine.wait_for_completion()?;
@@ -448,7 +439,7 @@ impl<A: Admission> Worker<A> {
     }
 
     pub fn in_flight(&self) -> usize {
-        self.in_flight_count
+        self.records.len()
     }
 }
 
@@ -462,14 +453,14 @@ impl<A: Admission> Drop for Worker<A> {
         // one admission control told to wait.
         let was_waiting = !self.fifo.is_empty();
         let admission = &self.volume.admission;
-        while self.in_flight_count > 0 {
+        while self.records.len() > 0 {
             if let Err(e) = self.engine.wait_for_completion() {
                 // We cannot learn when the kernel is done: leak the buffers rather than free
                 // memory it may still write to. QoS and the device's slots count the
                 // requests as done, or the volume (and a background one's in-flight
                 // limit) and the slots would stay taken for good.
-                tracing::error!(volume = %self.volume.name, in_flight = self.in_flight_count, "cannot wait for in-flight I/O ({e}); leaking its buffers");
-                for record in self.inflight.iter_mut().flatten() {
+                tracing::error!(volume = %self.volume.name, in_flight = self.records.len(), "cannot wait for in-flight I/O ({e}); leaking its buffers");
+                for record in self.records.iter_mut() {
                     self.volume.shared.slots.release();
                     if let Some(ticket) = record.ticket.take() {
                         // Not seen to complete: reported as taking no device time.
@@ -480,22 +471,16 @@ impl<A: Admission> Drop for Worker<A> {
                         self.settled.push((ticket, timing));
                     }
                 }
-                self.in_flight_count = 0;
-                std::mem::forget(std::mem::take(&mut self.inflight));
+                self.records.leak();
                 break;
             }
             let mut done = Vec::new();
             self.engine.reap_into(&mut done);
             let now = admission.now_ns();
             for (user_data, _) in done {
-                let Some(record) = self
-                    .inflight
-                    .get_mut(user_data as usize)
-                    .and_then(Option::take)
-                else {
+                let Some(record) = self.records.take(user_data) else {
                     continue;
                 };
-                self.in_flight_count -= 1;
                 self.volume.shared.slots.release();
                 if let Some(ticket) = record.ticket {
                     let timing = Timing {
