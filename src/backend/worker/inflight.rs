@@ -97,15 +97,15 @@ impl<A: Admission> Worker<A> {
     pub(super) fn start(&mut self, p: Parked<Popped, A::Ticket>, now: u64) {
         let vol = &self.volume;
         let disk = &vol.disk;
-        let host_offset = vol.host_offset + p.req.request.offset;
+        let host_offset = vol.host_offset + p.io.offset;
         let fault = vol.shared.faults.pick(&vol.name, p.io.kind);
         // Filled field by field: the record is reused in place (an emptied one).
         let mut record = self.records.spare();
         record.queue = p.req.queue;
         record.head = p.req.head;
-        record.kind = p.req.request.kind;
+        record.kind = p.req.kind;
         record.io = p.io;
-        record.status_addr = p.req.request.status_addr;
+        record.status_addr = p.req.status_addr;
         record.guest_written = 0;
         record.ticket = p.ticket;
         record.timing = Timing {
@@ -116,12 +116,11 @@ impl<A: Admission> Worker<A> {
         };
         record.fault = fault;
         record.mem = Some(p.req.mem);
-        let op = match p.req.request.kind {
+        let op = match p.req.kind {
             RequestKind::Read | RequestKind::Write => {
-                let is_read = p.req.request.kind == RequestKind::Read;
+                let is_read = p.req.kind == RequestKind::Read;
                 if disk.direct
-                    && (host_offset % disk.block_size != 0
-                        || p.req.request.len % disk.block_size != 0)
+                    && (host_offset % disk.block_size != 0 || p.io.len % disk.block_size != 0)
                 {
                     // O_DIRECT cannot do sub-block I/O; we do not read-modify-write.
                     self.fail_unstarted(
@@ -130,16 +129,16 @@ impl<A: Admission> Worker<A> {
                     );
                     return;
                 }
-                if let Err(why) = self.map_iovecs(&mut record, &p.req.request.data, is_read) {
+                if let Err(why) = self.map_iovecs(&mut record, &p.req.data, is_read) {
                     self.fail_unstarted(record, &why);
                     return;
                 }
                 let block = if disk.direct { disk.block_size } else { 1 };
-                if let Some(keep) = fault.and_then(|f| f.short_len(p.req.request.len, block)) {
+                if let Some(keep) = fault.and_then(|f| f.short_len(p.io.len, block)) {
                     truncate_iovecs(&mut record.iovecs, keep as usize);
                 }
                 if is_read {
-                    record.guest_written = p.req.request.len as u32;
+                    record.guest_written = p.io.len as u32;
                 }
                 let (iovecs, count) = (record.iovecs.as_ptr(), record.iovecs.len() as u32);
                 if is_read {
@@ -159,12 +158,12 @@ impl<A: Admission> Worker<A> {
             RequestKind::Flush => DeviceOp::Flush,
             RequestKind::Discard => DeviceOp::Fallocate {
                 offset: host_offset,
-                len: p.req.request.len,
+                len: p.io.len,
                 mode: libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
             },
             RequestKind::WriteZeroes { unmap } => DeviceOp::Fallocate {
                 offset: host_offset,
-                len: p.req.request.len,
+                len: p.io.len,
                 mode: if unmap {
                     libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE
                 } else {
@@ -175,7 +174,7 @@ impl<A: Admission> Worker<A> {
         };
         // The iovecs hold what the data segments said; their vector goes to the next parse
         // (which empties it).
-        self.segment_pool.push(p.req.request.data);
+        self.segment_pool.push(p.req.data);
         let op = if disk.file.is_none() {
             DeviceOp::Nop
         } else {

@@ -30,7 +30,7 @@ use super::admit_queue::{AdmitQueue, Next, Parked, WaitDeadline};
 use super::engine::Engine;
 use super::guest_memory::CurrentMemory;
 use super::lease::ConnectionLease;
-use super::request::{ChainLayout, Request, Segment};
+use super::request::{ChainLayout, RequestKind, Segment};
 use super::volume::Volume;
 use crate::logging::LogLimiter;
 
@@ -38,11 +38,16 @@ use crate::logging::LogLimiter;
 pub type Mem = GuestMemoryMmap<super::dirty_log::DirtyLog>;
 pub type Vring = VringRwLock<vm_memory::GuestMemoryAtomic<Mem>>;
 
-/// A validated request as popped: where it came from and the guest memory it points into.
+/// A validated request as popped: where it came from, what starting it needs beyond the
+/// [`Parked::io`] it waits with (its offset and length), and the guest memory it points
+/// into. Small enough (with the rest of `Parked`) that moving it between the FIFO and
+/// the device is copied inline rather than through a memcpy call.
 struct Popped {
     queue: u16,
     head: u16,
-    request: Request,
+    kind: RequestKind,
+    data: Vec<Segment>,
+    status_addr: u64,
     mem: Arc<Mem>,
 }
 

@@ -267,7 +267,9 @@ impl<A: Admission> Worker<A> {
             Popped {
                 queue,
                 head,
-                request: req,
+                kind: req.kind,
+                data: req.data,
+                status_addr: req.status_addr,
                 mem: mem.clone(),
             },
             io,
