@@ -51,6 +51,9 @@ struct Popped {
     mem: Arc<Mem>,
 }
 
+// LLVM copies up to 128 bytes inline on x86-64; past that every move calls memcpy.
+const _: () = assert!(std::mem::size_of::<Parked<Popped, crate::qos::Charge>>() <= 128);
+
 /// Which guest queues a worker serves: the crate numbers a worker's vrings from 0, and
 /// its `i`-th is guest queue `first + i * stride`.
 #[derive(Clone, Copy, Debug)]
