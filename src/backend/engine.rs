@@ -172,9 +172,10 @@ impl Engine {
         });
         // SAFETY: the timespec is boxed in `held` until the timeout's completion is reaped.
         if unsafe { self.ring.submission().push(&timeout) }.is_err() {
-            self.submit()?;
+            // The operation is queued, so this must not fail: its caller would free what
+            // the kernel is about to use. A submit error recurs at the next submit.
             // SAFETY: as above.
-            if unsafe { self.ring.submission().push(&timeout) }.is_err() {
+            if self.submit().is_err() || unsafe { self.ring.submission().push(&timeout) }.is_err() {
                 // No room for the deadline: the operation completes when it completes.
                 self.held[index] = None;
                 return Ok(());

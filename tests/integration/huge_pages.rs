@@ -16,9 +16,9 @@ impl HugePagePool {
         assert!(page > 0, "this kernel has no huge pages");
         let needed = bytes.div_ceil(page);
         let mut pool = HugePagePool { grown_from: None };
-        // Growing the pool first turns surplus pages (free ones count in
-        // `HugePages_Free`) into persistent ones, and other users of the pool come and
-        // go, so one write can fall short: grow again while the pool grows.
+        // Growing the pool turns surplus pages into persistent ones before it allocates
+        // new ones, and other users of the pool come and go, so one write can fall
+        // short: grow again while the pool grows.
         let mut last_error = None;
         for _ in 0..8 {
             let (free, total) = (free_pages(), Self::pool_size());
@@ -35,11 +35,13 @@ impl HugePagePool {
                 break;
             }
         }
+        let free = free_pages();
         assert!(
-            free_pages() >= needed,
-            "{needed} free huge pages are needed: as root, grow {} by {} ({last_error:?})",
+            free >= needed,
+            "{needed} free huge pages are needed, {free} are free with {} at {} \
+             ({last_error:?}): as root, grow it until {needed} are",
             Self::POOL,
-            needed.saturating_sub(free_pages())
+            Self::pool_size()
         );
         pool
     }

@@ -43,7 +43,7 @@ pub(super) struct InFlight<T> {
     bounce: Option<BounceBuffer>,
     copy_back: Vec<Segment>,
     /// Keeps the guest memory mapped until the kernel is done with it, even if the
-    /// frontend replaces the memory table meanwhile. `None` in an emptied record.
+    /// frontend replaces the memory table meanwhile. `None` in a cleared record.
     mem: Option<Arc<Mem>>,
     pub(super) ticket: Option<T>,
     pub(super) timing: Timing,
@@ -52,7 +52,7 @@ pub(super) struct InFlight<T> {
 }
 
 // SAFETY: the raw iovec pointers point into `mem` (kept alive by the Arc) or into `bounce`,
-// both owned by this record; nothing else aliases them. An emptied record has none.
+// both owned by this record; nothing else aliases them. A cleared record has none.
 unsafe impl<T: Send> Send for InFlight<T> {}
 
 impl<T> Default for InFlight<T> {
@@ -81,8 +81,11 @@ impl<T> Default for InFlight<T> {
 
 impl<T> InFlight<T> {
     /// Lets go of the finished request's memory and buffers; the arrays keep their
-    /// capacity for the next request.
-    pub(super) fn empty(&mut self) {
+    /// capacity for the next request, up to what a request mapped without bouncing uses.
+    pub(super) fn clear(&mut self) {
+        if self.iovecs.capacity() > IOV_MAX {
+            self.iovecs = Vec::new();
+        }
         self.iovecs.clear();
         self.copy_back.clear();
         self.bounce = None;
@@ -99,7 +102,7 @@ impl<A: Admission> Worker<A> {
         let disk = &vol.disk;
         let host_offset = vol.host_offset + p.io.offset;
         let fault = vol.shared.faults.pick(&vol.name, p.io.kind);
-        // Filled field by field: the record is reused in place (an emptied one).
+        // Filled field by field: the record is reused in place (a cleared one).
         let mut record = self.records.spare();
         record.queue = p.req.queue;
         record.head = p.req.head;
@@ -361,7 +364,7 @@ impl<A: Admission> Worker<A> {
 
     /// Finishes one request: copies bounced reads back, writes the status, returns the
     /// chain, releases the device slot, reports the completion to QoS, and keeps the
-    /// emptied record for the next request.
+    /// cleared record for the next request.
     fn complete_one(
         &mut self,
         mut record: Box<InFlight<A::Ticket>>,
@@ -371,7 +374,11 @@ impl<A: Admission> Worker<A> {
     ) {
         let vol = self.volume.clone();
         let c = &vol.counters;
-        // Every started record holds the memory it was popped with.
+        // Every started record holds the memory it was popped with (`start` sets it first).
+        debug_assert!(
+            record.mem.is_some(),
+            "a started record without guest memory"
+        );
         let mem = record.mem.take().unwrap_or_else(|| self.memory.load());
         let expected = match record.kind {
             RequestKind::Read | RequestKind::Write if vol.disk.file.is_some() => {
@@ -489,5 +496,54 @@ fn describe_result(result: i32, expected: i64) -> String {
         io::Error::from_raw_os_error(-result).to_string()
     } else {
         format!("short transfer: {result} of {expected} bytes")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::records::Records;
+    use super::*;
+
+    #[test]
+    fn a_reused_record_carries_nothing_of_the_last_request() {
+        let mem = Arc::new(Mem::from_ranges(&[(GuestAddress(0), 1 << 16)]).unwrap());
+        let mut records = Records::<u32>::default();
+        // A write-zeroes request retried as a write from a zeroed buffer.
+        let mut record = records.spare();
+        record.kind = RequestKind::WriteZeroes { unmap: false };
+        record.mem = Some(Arc::clone(&mem));
+        record.bounce = Some(BounceBuffer::zeroed(4096, 4096));
+        record.iovecs.push(libc::iovec {
+            iov_base: record.bounce.as_mut().unwrap().as_mut_ptr().cast(),
+            iov_len: 4096,
+        });
+        record.copy_back.push(Segment { addr: 0, len: 4096 });
+        record.ticket = Some(7);
+        assert!(!zeroes_to_write(&record, -libc::EOPNOTSUPP));
+        let boxed: *const InFlight<u32> = &*record;
+
+        let user_data = records.insert(record) as u64;
+        assert_eq!(records.len(), 1);
+        let record = records.take(user_data).expect("on the device");
+        assert!(records.take(user_data).is_none(), "taken once");
+        assert_eq!(records.len(), 0);
+        records.recycle(record);
+        assert_eq!(
+            Arc::strong_count(&mem),
+            1,
+            "a spare record keeps no memory mapped"
+        );
+
+        let mut record = records.spare();
+        assert_eq!(
+            &*record as *const InFlight<u32>, boxed,
+            "the same record, reused"
+        );
+        assert!(record.iovecs.is_empty() && record.iovecs.capacity() > 0);
+        assert!(record.copy_back.is_empty() && record.bounce.is_none());
+        assert!(record.mem.is_none() && record.ticket.is_none() && record.fault.is_none());
+        // The next write-zeroes request may fall back to a write again.
+        record.kind = RequestKind::WriteZeroes { unmap: false };
+        assert!(zeroes_to_write(&record, -libc::EOPNOTSUPP));
     }
 }

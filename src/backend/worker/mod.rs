@@ -51,7 +51,8 @@ struct Popped {
     mem: Arc<Mem>,
 }
 
-// LLVM copies up to 128 bytes inline on x86-64; past that every move calls memcpy.
+// Up to 128 bytes, x86-64 builds copy it inline; past that each move between the FIFO and
+// the start was a memcpy call (BENCHMARKS.md, data path).
 const _: () = assert!(std::mem::size_of::<Parked<Popped, crate::qos::Charge>>() <= 128);
 
 /// Which guest queues a worker serves: the crate numbers a worker's vrings from 0, and

@@ -1,10 +1,10 @@
 //! The records of the requests a worker has on the device, indexed by the io_uring user
 //! data of their operation.
 //!
-//! A record is a few hundred bytes. Records are boxed and reused, so a request's record
-//! moves by pointer from its start to its completion, where moving it by value copied it
-//! four times (BENCHMARKS.md, data path), and a reused record keeps the capacity of its
-//! iovec and copy-back arrays.
+//! A record is about 200 bytes. Records are boxed and reused, so a request's record
+//! moves by pointer from its start to its completion, where moving it by value took four
+//! memcpy calls per request (BENCHMARKS.md, data path), and a reused record keeps the
+//! capacity of its iovec and copy-back arrays.
 
 use super::inflight::InFlight;
 
@@ -12,7 +12,7 @@ pub(super) struct Records<T> {
     /// The records on the device, by user data.
     slots: Vec<Option<Box<InFlight<T>>>>,
     free_slots: Vec<usize>,
-    /// Records of completed requests, emptied, for the next ones.
+    /// Records of completed requests, cleared, for the next ones.
     spare: Vec<Box<InFlight<T>>>,
     count: usize,
 }
@@ -29,7 +29,7 @@ impl<T> Default for Records<T> {
 }
 
 impl<T> Records<T> {
-    /// An empty record for a request about to start.
+    /// A cleared record for a request about to start.
     pub(super) fn spare(&mut self) -> Box<InFlight<T>> {
         self.spare.pop().unwrap_or_default()
     }
@@ -58,10 +58,10 @@ impl<T> Records<T> {
         Some(record)
     }
 
-    /// A finished request's record, emptied for reuse: it keeps no guest memory mapped
+    /// A finished request's record, cleared for reuse: it keeps no guest memory mapped
     /// and no buffer.
     pub(super) fn recycle(&mut self, mut record: Box<InFlight<T>>) {
-        record.empty();
+        record.clear();
         self.spare.push(record);
     }
 
