@@ -52,7 +52,7 @@ struct Popped {
 }
 
 // Up to 128 bytes, x86-64 builds copy it inline; past that each move between the FIFO and
-// the start was a memcpy call (BENCHMARKS.md, data path).
+// the start was a memcpy call (design §8.12).
 const _: () = assert!(std::mem::size_of::<Parked<Popped, crate::qos::Charge>>() <= 128);
 
 /// Which guest queues a worker serves: the crate numbers a worker's vrings from 0, and
