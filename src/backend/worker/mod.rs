@@ -10,6 +10,7 @@
 //! a timerfd, a request without a device slot on a wake eventfd, both on this worker's
 //! epoll.
 
+mod early_return;
 mod inflight;
 mod poll;
 mod records;
@@ -129,6 +130,8 @@ pub struct Worker<A: Admission> {
     poll: poll::PollWindow,
     /// Queues popped from in the current poll phase, their notifications off.
     polled_queues: u64,
+    /// From which chain of a batch completions go back early.
+    early_return: early_return::EarlyReturn,
     /// Scratch: the requests one dispatch admitted, started once the turn is released.
     admitted: Vec<Parked<Popped, A::Ticket>>,
     /// The frontend's memory table, read for every batch popped or published.
@@ -190,6 +193,7 @@ impl<A: Admission> Worker<A> {
             progress: 0,
             poll: poll::PollWindow::new(volume.shared.poll_max_ns),
             polled_queues: 0,
+            early_return: early_return::EarlyReturn::default(),
             admitted: Vec::new(),
             memory,
             used: Vec::new(),

@@ -15,6 +15,7 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend};
 use super::{Mem, Popped, Vring, Worker};
 use crate::backend::admission::{Admission, IoKind, IoRequest};
 use crate::backend::chain;
+use crate::backend::engine::monotonic_now_ns;
 use crate::backend::request::{self, ChainLayout, Request, RequestError, RequestKind};
 use crate::backend::split_ring::SplitRing;
 use crate::backend::volume::VolumeCounters;
@@ -23,11 +24,6 @@ use crate::stage_trace::{self, Stage};
 /// Consecutive passes that pop nothing while the ring says more is available before the
 /// queue is declared broken (a legitimate race resolves in one or two).
 const MAX_IDLE_PASSES: u32 = 64;
-
-/// Chains into a batch before its completions go back to the guest early: a guest that
-/// shares the worker's CPU cannot use them before the worker sleeps, and one that does not
-/// gains little from fewer (BENCHMARKS.md, data path).
-const EARLY_NOTIFY_FROM: usize = 8;
 
 impl<A: Admission> Worker<A> {
     /// A kick (or a ring becoming ready) on queue `queue`. The guest memory map is read
@@ -121,6 +117,7 @@ impl<A: Admission> Worker<A> {
             }
             if popped == 0 {
                 stage_trace::mark(Stage::Popped);
+                self.early_return.batch_starts(monotonic_now_ns());
             }
             popped += got;
             self.progress += got as u64;
@@ -143,13 +140,13 @@ impl<A: Admission> Worker<A> {
                 // an empty look ends the pass and leaves the submission to the caller.
                 continue;
             }
-            // From the 8th chain on, while more of the batch waits to be parsed, what has
-            // completed by then goes back to the guest, so that it refills its queue
-            // meanwhile (design §8.10). Earlier, or at the end of a batch, a notification
-            // would wake a guest that re-arms at every used entry for next to nothing.
+            // From the batch's first chain on, or its eighth when the guest's thread may
+            // share the worker's CPU (`EarlyReturn`), while more of the batch waits to be
+            // parsed, what has completed by then goes back to the guest, so that it
+            // refills its queue meanwhile (design §8.10).
             self.dispatch()?;
             self.engine.submit()?;
-            if popped >= EARLY_NOTIFY_FROM
+            if popped >= self.early_return.from()
                 && Self::pending(vring, mem) > 0
                 && self.complete_ready()? > 0
             {
