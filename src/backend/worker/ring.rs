@@ -146,7 +146,7 @@ impl<A: Admission> Worker<A> {
             // refills its queue meanwhile (design §8.10).
             self.dispatch()?;
             self.engine.submit()?;
-            if popped >= self.early_return.from()
+            if popped >= self.early_return.first_chain()
                 && Self::pending(vring, mem) > 0
                 && self.complete_ready()? > 0
             {
