@@ -5,7 +5,7 @@ use super::request::{self, ChainLayout, Limits, Request, RequestError, Segment};
 use super::split_ring::SplitRing;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, VolatileMemory};
 
-const HEADER_LEN: usize = 16;
+const HEADER_LEN: usize = request::HEADER_LEN as usize;
 
 /// Walks the chain at `head` of `ring` into `layout` (reused to spare an allocation per
 /// request) and parses it, with the request's data segments in `data` (see

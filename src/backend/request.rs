@@ -18,7 +18,7 @@ use virtio_bindings::virtio_blk::{
 /// virtio-blk addresses the disk in 512-byte sectors whatever the block size.
 pub const SECTOR_SIZE: u64 = 512;
 pub const SECTOR_SHIFT: u32 = 9;
-const HEADER_LEN: u64 = 16;
+pub const HEADER_LEN: u64 = 16;
 const DISCARD_SEGMENT_LEN: u64 = 16;
 
 /// One guest buffer: a guest-physical address and a length.

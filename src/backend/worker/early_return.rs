@@ -115,6 +115,15 @@ mod tests {
         Some((std::thread::current().id(), switches))
     }
 
+    /// One that has gone early: two readings of this thread with no preemption between.
+    fn alone() -> EarlyReturn {
+        let mut early = EarlyReturn::default();
+        early.record_reading(this_thread(0));
+        early.record_reading(this_thread(0));
+        assert_eq!(early.first_chain(), FROM_ALONE);
+        early
+    }
+
     #[test]
     fn starts_late_and_goes_early_while_nothing_preempts_the_worker() {
         let mut early = EarlyReturn::default();
@@ -131,10 +140,7 @@ mod tests {
 
     #[test]
     fn preemptions_make_it_late_until_they_stop() {
-        let mut early = EarlyReturn::default();
-        early.record_reading(this_thread(0));
-        early.record_reading(this_thread(0));
-        assert_eq!(early.first_chain(), FROM_ALONE);
+        let mut early = alone();
         early.record_reading(this_thread(PREEMPTIONS_WHEN_SHARED + 1));
         assert_eq!(early.first_chain(), FROM_SHARED);
         early.record_reading(this_thread(PREEMPTIONS_WHEN_SHARED + 1));
@@ -143,10 +149,7 @@ mod tests {
 
     #[test]
     fn readings_of_another_thread_or_none_change_nothing() {
-        let mut early = EarlyReturn::default();
-        early.record_reading(this_thread(0));
-        early.record_reading(this_thread(0));
-        assert_eq!(early.first_chain(), FROM_ALONE);
+        let mut early = alone();
         let other = std::thread::spawn(|| std::thread::current().id())
             .join()
             .unwrap();

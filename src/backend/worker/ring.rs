@@ -108,7 +108,7 @@ impl<A: Admission> Worker<A> {
             let got = heads.len();
             if got == 0 {
                 self.popped_heads = heads;
-                if ring_full && Self::pending(vring, mem) > 0 {
+                if ring_full && Self::more_published(&ring, vring) {
                     // More chains than the ring holds: descriptors are being reused while
                     // still ours. Stop rather than queue without bound.
                     self.mark_broken(queue, "more chains outstanding than the ring size");
@@ -147,7 +147,7 @@ impl<A: Admission> Worker<A> {
             self.dispatch()?;
             self.engine.submit()?;
             if popped >= self.early_return.first_chain()
-                && Self::pending(vring, mem) > 0
+                && Self::more_published(&ring, vring)
                 && self.complete_ready()? > 0
             {
                 self.publish_used();
@@ -212,6 +212,14 @@ impl<A: Admission> Worker<A> {
         q.avail_idx(mem, Ordering::Acquire)
             .map(|idx| u32::from(idx.0.wrapping_sub(q.next_avail())))
             .unwrap_or(0)
+    }
+
+    /// Whether the guest has published chains not popped yet, read through the pass's
+    /// mapped avail ring (an index the ring cannot hold counts as more, as in
+    /// [`Self::pending`]).
+    fn more_published(ring: &SplitRing<'_, Mem>, vring: &Vring) -> bool {
+        let next_avail = vring.get_ref().get_queue().next_avail();
+        ring.published(next_avail) != Some(0)
     }
 
     /// Answers GET_ID at once; queues everything else in the worker's FIFO.
