@@ -11,6 +11,14 @@
 //! - shorter than `poll_max` but past the window: the window doubles (from [`START_NS`]),
 //!   up to `poll_max`.
 //!
+//! Unlike QEMU's, there are two windows, by what the worker waits for: a wait that
+//! begins with requests at the device mostly ends with their completion, one that begins
+//! with none can only end with the guest's next request. Their lengths differ: at QD1 on
+//! a disk slower than `poll_max`, every read's wait would halve one shared window and
+//! every wait for the guest's next request double it again, so the window stayed too
+//! short for either and the guest's kick always woke the worker. Kept apart, the
+//! device's window closes and the guest's opens.
+//!
 //! An idle worker therefore polls at most one shrinking window after its last request,
 //! and a steady trickle of requests spaced wider than `poll_max` apart never makes it
 //! poll: polling only runs where it replaces a sleep and a wake-up that would have come
@@ -28,13 +36,23 @@ use crate::backend::engine::monotonic_now_ns;
 /// CPU time, so shorter windows rarely pay.
 pub const START_NS: u64 = 2_000;
 
+/// What a waiting worker waits for, which sets its window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitingFor {
+    /// Requests are at the device: mostly their completions.
+    Device,
+    /// Nothing is at the device: the guest's next request.
+    Guest,
+}
+
 /// How long the worker polls after its last work, and when it started waiting.
 #[derive(Debug)]
 pub struct PollWindow {
     max_ns: u64,
-    window_ns: u64,
-    /// When the worker last ran out of work, if it has not found more since.
-    waiting_since: Option<u64>,
+    /// The window of each [`WaitingFor`], indexed by it.
+    windows_ns: [u64; 2],
+    /// When the worker last ran out of work and what for, if it has not found more since.
+    waiting: Option<(u64, WaitingFor)>,
 }
 
 impl PollWindow {
@@ -42,39 +60,42 @@ impl PollWindow {
     pub fn new(max_ns: u64) -> Self {
         PollWindow {
             max_ns,
-            window_ns: 0,
-            waiting_since: None,
+            windows_ns: [0; 2],
+            waiting: None,
         }
     }
 
+    /// The window of the current wait; zero when not waiting.
     pub fn window_ns(&self) -> u64 {
-        self.window_ns
+        self.waiting
+            .map_or(0, |(_, what)| self.windows_ns[what as usize])
     }
 
-    /// The worker ran out of work at `now_ns`.
-    pub fn waiting_from(&mut self, now_ns: u64) {
-        if self.max_ns > 0 && self.waiting_since.is_none() {
-            self.waiting_since = Some(now_ns);
+    /// The worker ran out of work at `now_ns`, waiting for `what`.
+    pub fn waiting_from(&mut self, now_ns: u64, what: WaitingFor) {
+        if self.max_ns > 0 && self.waiting.is_none() {
+            self.waiting = Some((now_ns, what));
         }
     }
 
     /// Work turned up at `now_ns`, found by polling or by an epoll event: the time waited
-    /// for it sets the next window.
+    /// for it sets the next window for what was waited for.
     pub fn work_at(&mut self, now_ns: u64) {
-        let Some(since) = self.waiting_since.take() else {
+        let Some((since, what)) = self.waiting.take() else {
             return;
         };
         let block_ns = now_ns.saturating_sub(since);
-        if block_ns <= self.window_ns {
+        let window_ns = &mut self.windows_ns[what as usize];
+        if block_ns <= *window_ns {
             return;
         }
         if block_ns > self.max_ns {
-            self.window_ns /= 2;
-            if self.window_ns < START_NS {
-                self.window_ns = 0;
+            *window_ns /= 2;
+            if *window_ns < START_NS {
+                *window_ns = 0;
             }
         } else {
-            self.window_ns = (self.window_ns * 2).clamp(START_NS, self.max_ns);
+            *window_ns = (*window_ns * 2).clamp(START_NS, self.max_ns);
         }
     }
 }
@@ -102,7 +123,7 @@ impl<A: Admission> Worker<A> {
             self.poll.work_at(started_ns);
         }
         let now = monotonic_now_ns();
-        self.poll.waiting_from(now);
+        self.poll.waiting_from(now, self.waiting_for());
         let window = self.poll.window_ns();
         (found_work && window > 0 && self.may_poll()).then_some(now + window)
     }
@@ -111,6 +132,14 @@ impl<A: Admission> Worker<A> {
     /// found work.
     pub fn progress(&self) -> u64 {
         self.progress
+    }
+
+    fn waiting_for(&self) -> WaitingFor {
+        if self.records.len() > 0 {
+            WaitingFor::Device
+        } else {
+            WaitingFor::Guest
+        }
     }
 
     fn may_poll(&self) -> bool {
@@ -148,7 +177,7 @@ impl<A: Admission> Worker<A> {
         if self.progress != before {
             // The wait ended when this look began; serving what it found is not waiting.
             self.poll.work_at(looked_at);
-            self.poll.waiting_from(now);
+            self.poll.waiting_from(now, self.waiting_for());
             next = now + self.poll.window_ns();
         }
         Ok((now < next && self.may_poll()).then_some(next))
@@ -187,14 +216,19 @@ mod tests {
 
     const US: u64 = 1_000;
 
+    /// The window the next wait for the guest would get.
+    fn guest_window(w: &PollWindow) -> u64 {
+        w.windows_ns[WaitingFor::Guest as usize]
+    }
+
     #[test]
     fn never_polls_without_a_maximum() {
         let mut w = PollWindow::new(0);
         for t in 0..10 {
-            w.waiting_from(t * US);
+            w.waiting_from(t * US, WaitingFor::Guest);
             w.work_at(t * US + 1);
         }
-        assert_eq!(w.window_ns(), 0);
+        assert_eq!(guest_window(&w), 0);
     }
 
     #[test]
@@ -203,10 +237,10 @@ mod tests {
         let mut seen = Vec::new();
         let mut t = 0;
         for _ in 0..6 {
-            w.waiting_from(t);
+            w.waiting_from(t, WaitingFor::Guest);
             t += 10 * US;
             w.work_at(t);
-            seen.push(w.window_ns() / US);
+            seen.push(guest_window(&w) / US);
         }
         // 10 µs waits: from 2 µs doubling until it covers them, capped at 16 µs.
         assert_eq!(seen, [2, 4, 8, 16, 16, 16]);
@@ -217,17 +251,17 @@ mod tests {
         let mut w = PollWindow::new(16 * US);
         let mut t = 0;
         for _ in 0..4 {
-            w.waiting_from(t);
+            w.waiting_from(t, WaitingFor::Guest);
             t += 12 * US;
             w.work_at(t);
         }
-        assert_eq!(w.window_ns(), 16 * US);
+        assert_eq!(guest_window(&w), 16 * US);
         let mut seen = Vec::new();
         for _ in 0..4 {
-            w.waiting_from(t);
+            w.waiting_from(t, WaitingFor::Guest);
             t += 25 * US; // 40,000 requests a second, one at a time
             w.work_at(t);
-            seen.push(w.window_ns() / US);
+            seen.push(guest_window(&w) / US);
         }
         assert_eq!(seen, [8, 4, 2, 0]);
     }
@@ -235,21 +269,54 @@ mod tests {
     #[test]
     fn work_within_the_window_keeps_it() {
         let mut w = PollWindow::new(16 * US);
-        w.waiting_from(0);
+        w.waiting_from(0, WaitingFor::Guest);
         w.work_at(3 * US);
-        assert_eq!(w.window_ns(), 2 * US);
-        w.waiting_from(10 * US);
+        assert_eq!(guest_window(&w), 2 * US);
+        w.waiting_from(10 * US, WaitingFor::Guest);
         w.work_at(11 * US);
-        assert_eq!(w.window_ns(), 2 * US);
+        assert_eq!(guest_window(&w), 2 * US);
     }
 
     #[test]
     fn only_the_first_work_after_waiting_counts() {
         let mut w = PollWindow::new(16 * US);
-        w.waiting_from(0);
-        w.waiting_from(50 * US); // still waiting since 0
+        w.waiting_from(0, WaitingFor::Guest);
+        w.waiting_from(50 * US, WaitingFor::Guest); // still waiting since 0
         w.work_at(60 * US);
         w.work_at(61 * US); // no wait in between: nothing to learn
-        assert_eq!(w.window_ns(), 0);
+        assert_eq!(guest_window(&w), 0);
+    }
+
+    #[test]
+    fn the_wait_in_progress_has_its_own_window() {
+        let mut w = PollWindow::new(16 * US);
+        assert_eq!(w.window_ns(), 0, "not waiting");
+        w.windows_ns = [4 * US, 8 * US];
+        w.waiting_from(0, WaitingFor::Device);
+        assert_eq!(w.window_ns(), 4 * US);
+        w.work_at(US);
+        w.waiting_from(2 * US, WaitingFor::Guest);
+        assert_eq!(w.window_ns(), 8 * US);
+    }
+
+    #[test]
+    fn reads_slower_than_the_maximum_leave_the_wait_for_the_guest_open() {
+        // QD1 on a disk whose reads take 45 µs, the guest sending its next read 12 µs
+        // after each completion: one window for both would halve on every read and
+        // never reach the guest's 12 µs.
+        let mut w = PollWindow::new(32 * US);
+        let mut t = 0;
+        let mut guest_windows = Vec::new();
+        for _ in 0..6 {
+            w.waiting_from(t, WaitingFor::Device);
+            t += 45 * US;
+            w.work_at(t);
+            w.waiting_from(t, WaitingFor::Guest);
+            t += 12 * US;
+            w.work_at(t);
+            guest_windows.push(guest_window(&w) / US);
+        }
+        assert_eq!(guest_windows, [2, 4, 8, 16, 16, 16]);
+        assert_eq!(w.windows_ns[WaitingFor::Device as usize], 0);
     }
 }
