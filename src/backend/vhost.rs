@@ -535,7 +535,10 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
                 None
             } else {
                 match worker.poll_once(deadline, vrings) {
-                    Ok(next) => next.map(|next| next.min(phase_end)),
+                    // A look that finds work extends the phase, but not past its end.
+                    Ok(next) => next
+                        .filter(|_| super::engine::monotonic_now_ns() < phase_end)
+                        .map(|next| next.min(phase_end)),
                     Err(e) => {
                         worker.report_error(device_event, &e);
                         None
@@ -544,6 +547,7 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
             };
             found = worker.progress() != before;
             if polling.is_none() {
+                let before = worker.progress();
                 if let Err(e) = worker.end_polling(vrings) {
                     worker.report_error(device_event, &e);
                 }
@@ -551,6 +555,7 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
                 if let Err(e) = worker.reap_leftovers() {
                     worker.report_error(device_event, &e);
                 }
+                worker.poll_phase_ended(before);
             }
         }
         Ok(())
