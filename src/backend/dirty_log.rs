@@ -94,6 +94,14 @@ impl RegionLog {
 }
 
 impl DirtyLog {
+    /// Marks `len` bytes at `offset` of the region in the log, if one is set.
+    fn mark_logged(&self, offset: usize, len: usize) {
+        let log = self.shared.log.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(log) = log.as_ref() {
+            log.mark(offset, len);
+        }
+    }
+
     /// Whether this region's part of the log has faulted (its file shrank under the
     /// mapping) since the last call.
     pub fn faulted(&self) -> bool {
@@ -130,15 +138,12 @@ pub fn carry_over(
 }
 
 impl Bitmap for DirtyLog {
-    // Called for every write to guest memory, logging or not: inlined, it is one test.
+    // Called for every write to guest memory, logging or not: inlined, the test whether
+    // the log is on is a load and a branch.
     #[inline]
     fn mark_dirty(&self, offset: usize, len: usize) {
-        if !self.shared.active.load(Ordering::Relaxed) {
-            return;
-        }
-        let log = self.shared.log.read().unwrap_or_else(|e| e.into_inner());
-        if let Some(log) = log.as_ref() {
-            log.mark(offset, len);
+        if self.shared.active.load(Ordering::Relaxed) {
+            self.mark_logged(offset, len);
         }
     }
 

@@ -534,11 +534,8 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
                 // A stop waits for this lock: no more looks, so it has less to drain.
                 None
             } else {
-                match worker.poll_once(deadline, vrings) {
-                    // A look that finds work extends the phase, but not past its end.
-                    Ok(next) => next
-                        .filter(|_| super::engine::monotonic_now_ns() < phase_end)
-                        .map(|next| next.min(phase_end)),
+                match worker.poll_once(deadline, phase_end, vrings) {
+                    Ok(next) => next,
                     Err(e) => {
                         worker.report_error(device_event, &e);
                         None
@@ -547,7 +544,7 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
             };
             found = worker.progress() != before;
             if polling.is_none() {
-                let before = worker.progress();
+                let (before, ended_at) = (worker.progress(), super::engine::monotonic_now_ns());
                 if let Err(e) = worker.end_polling(vrings) {
                     worker.report_error(device_event, &e);
                 }
@@ -555,7 +552,7 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
                 if let Err(e) = worker.reap_leftovers() {
                     worker.report_error(device_event, &e);
                 }
-                worker.poll_phase_ended(before);
+                worker.poll_phase_ended(before, ended_at);
             }
         }
         Ok(())

@@ -161,7 +161,7 @@ impl FaultPlan {
     #[inline]
     pub fn pick(&self, volume: &str, kind: IoKind) -> Option<Fault> {
         // Asked for every request: without rules, a test inlined into the data path.
-        if self.rules.is_empty() {
+        if self.is_empty() {
             return None;
         }
         self.pick_by_rules(volume, kind)

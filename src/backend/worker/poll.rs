@@ -20,10 +20,11 @@
 //! would stay too short for either and every kick would wake the worker. Kept apart, the
 //! device's window closes and the guest's opens.
 //!
-//! An idle worker therefore polls at most one shrinking window after its last request.
-//! Requests spaced wider than `poll_max` apart make it poll only through the device's
-//! answer, and only when the device answers within `poll_max`: polling only runs where it
-//! replaces a sleep and a wake-up that would have come sooner than `poll_max`.
+//! An idle worker polls at most one shrinking window after its last request. A guest
+//! whose next request comes more than `poll_max` after the last completion makes it poll
+//! only through the device's answer, and only when the device answers within `poll_max`:
+//! polling only runs where it replaces a sleep and a wake-up that would have come sooner
+//! than `poll_max`.
 
 use std::io;
 
@@ -41,9 +42,9 @@ pub const START_NS: u64 = 2_000;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WaitingFor {
     /// Requests are at the device: mostly their completions.
-    Device,
+    Device = 0,
     /// Nothing is at the device: the guest's next request.
-    Guest,
+    Guest = 1,
 }
 
 impl WaitingFor {
@@ -61,7 +62,7 @@ impl WaitingFor {
 #[derive(Debug)]
 pub struct PollWindow {
     max_ns: u64,
-    /// The window of each [`WaitingFor`], indexed by it.
+    /// The window of each [`WaitingFor`], indexed by its value.
     windows_ns: [u64; 2],
     /// When the worker last ran out of work and what for, if it has not found more since.
     waiting: Option<(u64, WaitingFor)>,
@@ -149,17 +150,18 @@ impl<A: Admission> Worker<A> {
     }
 
     fn waiting_for(&self) -> WaitingFor {
-        WaitingFor::with_in_flight(self.records.len())
+        WaitingFor::with_in_flight(self.in_flight())
     }
 
-    /// A poll phase ended, and `progress_before` was [`Worker::progress`] before its last
-    /// steps (turning notifications back on, reaping leftovers). Work those found ends
-    /// the wait as any other would, so the next one is timed for what it waits for.
-    pub fn poll_phase_ended(&mut self, progress_before: u64) {
+    /// A poll phase ended: at `ended_ns` its last steps (turning notifications back on,
+    /// reaping leftovers) began, and [`Worker::progress`] was `progress_before`. Work
+    /// those found ends the wait as any other would (serving it is not waiting), so the
+    /// next one is timed for what it waits for.
+    pub fn poll_phase_ended(&mut self, progress_before: u64, ended_ns: u64) {
         if self.progress != progress_before {
-            let now = monotonic_now_ns();
-            self.poll.work_at(now);
-            self.poll.waiting_from(now, self.waiting_for());
+            self.poll.work_at(ended_ns);
+            self.poll
+                .waiting_from(monotonic_now_ns(), self.waiting_for());
         }
     }
 
@@ -170,10 +172,33 @@ impl<A: Admission> Worker<A> {
     /// One look at the served rings and the completion queue, serving what is there; the
     /// rings it pops from keep their notifications off until [`Worker::end_polling`].
     /// Returns the deadline to keep polling until: a window from now when work was
-    /// found, `None` once `deadline_ns` has passed or requests are parked.
-    pub fn poll_once(&mut self, deadline_ns: u64, vrings: &[Vring]) -> io::Result<Option<u64>> {
+    /// found, never past `phase_end_ns`; `None` once `deadline_ns` or `phase_end_ns` has
+    /// passed or requests are parked. Work found is timed even when serving it fails.
+    pub fn poll_once(
+        &mut self,
+        deadline_ns: u64,
+        phase_end_ns: u64,
+        vrings: &[Vring],
+    ) -> io::Result<Option<u64>> {
         let before = self.progress;
         let looked_at = monotonic_now_ns();
+        let served = self.look(vrings);
+        let now = monotonic_now_ns();
+        let mut next = deadline_ns;
+        if self.progress != before {
+            // The wait ended when this look began; serving what it found is not waiting.
+            self.poll.work_at(looked_at);
+            self.poll.waiting_from(now, self.waiting_for());
+            next = now + self.poll.window_ns();
+        }
+        served?;
+        let open = now < next && now < phase_end_ns && self.may_poll();
+        Ok(open.then_some(next.min(phase_end_ns)))
+    }
+
+    /// Pops what the served rings hold and reaps what has completed.
+    fn look(&mut self, vrings: &[Vring]) -> io::Result<()> {
+        let before = self.progress;
         let mut ready = self.serving & !(self.stopping | self.broken);
         if ready != 0 {
             let mem = self.memory.load();
@@ -193,15 +218,7 @@ impl<A: Admission> Worker<A> {
         if self.progress != before || self.engine.has_completions() {
             self.pump()?;
         }
-        let now = monotonic_now_ns();
-        let mut next = deadline_ns;
-        if self.progress != before {
-            // The wait ended when this look began; serving what it found is not waiting.
-            self.poll.work_at(looked_at);
-            self.poll.waiting_from(now, self.waiting_for());
-            next = now + self.poll.window_ns();
-        }
-        Ok((now < next && self.may_poll()).then_some(next))
+        Ok(())
     }
 
     /// The poll phase is over: the rings it popped from get their notifications back, and
@@ -244,6 +261,14 @@ mod tests {
 
     fn device_window(w: &PollWindow) -> u64 {
         w.windows_ns[WaitingFor::Device as usize]
+    }
+
+    /// A window with the given device and guest windows.
+    fn with_windows(max_ns: u64, device_ns: u64, guest_ns: u64) -> PollWindow {
+        let mut w = PollWindow::new(max_ns);
+        w.windows_ns[WaitingFor::Device as usize] = device_ns;
+        w.windows_ns[WaitingFor::Guest as usize] = guest_ns;
+        w
     }
 
     #[test]
@@ -306,8 +331,7 @@ mod tests {
 
     #[test]
     fn only_the_first_work_after_waiting_counts() {
-        let mut w = PollWindow::new(16 * US);
-        w.windows_ns = [0, 8 * US];
+        let mut w = with_windows(16 * US, 0, 8 * US);
         w.waiting_from(0, WaitingFor::Guest);
         w.waiting_from(6 * US, WaitingFor::Guest); // still waiting since 0
         w.work_at(12 * US);
@@ -320,8 +344,7 @@ mod tests {
     fn a_wait_for_something_else_starts_again() {
         // A request parked for 40 µs, then sent to the device, which answers 10 µs later:
         // the device's window learns 10 µs; the guest's is left alone.
-        let mut w = PollWindow::new(16 * US);
-        w.windows_ns = [8 * US, 16 * US];
+        let mut w = with_windows(16 * US, 8 * US, 16 * US);
         w.waiting_from(0, WaitingFor::Guest);
         w.waiting_from(40 * US, WaitingFor::Device);
         w.work_at(50 * US);
@@ -338,9 +361,8 @@ mod tests {
 
     #[test]
     fn the_wait_in_progress_has_its_own_window() {
-        let mut w = PollWindow::new(16 * US);
+        let mut w = with_windows(16 * US, 4 * US, 8 * US);
         assert_eq!(w.window_ns(), 0, "not waiting");
-        w.windows_ns = [4 * US, 8 * US];
         w.waiting_from(0, WaitingFor::Device);
         assert_eq!(w.window_ns(), 4 * US);
         w.work_at(US);
@@ -353,8 +375,7 @@ mod tests {
         // QD1 on a disk whose reads take 45 µs, the guest sending its next read 12 µs
         // after each completion: one window for both would halve on every read and
         // never reach the guest's 12 µs.
-        let mut w = PollWindow::new(32 * US);
-        w.windows_ns[WaitingFor::Device as usize] = 32 * US;
+        let mut w = with_windows(32 * US, 32 * US, 0);
         let mut t = 0;
         let (mut guest_windows, mut device_windows) = (Vec::new(), Vec::new());
         for _ in 0..6 {
@@ -374,8 +395,7 @@ mod tests {
     #[test]
     fn long_waits_for_the_guest_leave_the_device_window_open() {
         // A disk answering in 10 µs, a guest sending a request every 100 µs.
-        let mut w = PollWindow::new(32 * US);
-        w.windows_ns = [16 * US, 32 * US];
+        let mut w = with_windows(32 * US, 16 * US, 32 * US);
         let mut t = 0;
         for _ in 0..6 {
             w.waiting_from(t, WaitingFor::Device);
