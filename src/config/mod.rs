@@ -106,8 +106,9 @@ pub struct DeviceConfig {
     #[serde(default = "default_queue_depth")]
     pub queue_depth: u32,
     /// How long a volume's worker may keep looking for new requests and completions
-    /// after its last work before it sleeps; the window adapts to how soon work follows
-    /// and closes when it does not come within this (design §8.10). `"0us"`: never poll.
+    /// after its last work before it sleeps; its windows (one for waits on the device, one
+    /// for the guest's next request) adapt to how soon work follows and close when it
+    /// does not come within this (design §8.10). `"0us"`: never poll.
     #[serde(default = "default_poll_max")]
     pub poll_max: crate::duration::DurationUs,
     /// The cost model (`[device.model]`).
