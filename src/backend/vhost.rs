@@ -544,15 +544,7 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
             };
             found = worker.progress() != before;
             if polling.is_none() {
-                let (before, ended_at) = (worker.progress(), super::engine::monotonic_now_ns());
-                if let Err(e) = worker.end_polling(vrings) {
-                    worker.report_error(device_event, &e);
-                }
-                // As after a failed handler: nothing completed at once is left behind.
-                if let Err(e) = worker.reap_leftovers() {
-                    worker.report_error(device_event, &e);
-                }
-                worker.poll_phase_ended(before, ended_at);
+                worker.end_poll_phase(vrings, device_event);
             }
         }
         Ok(())

@@ -134,11 +134,7 @@ impl<A: Admission> Worker<A> {
         progress_before: u64,
     ) -> Option<u64> {
         let found_work = self.progress != progress_before;
-        if found_work {
-            self.poll.work_at(started_ns);
-        }
-        let now = monotonic_now_ns();
-        self.poll.waiting_from(now, self.waiting_for());
+        let now = self.next_wait(found_work.then_some(started_ns));
         let window = self.poll.window_ns();
         (found_work && window > 0 && self.may_poll()).then_some(now + window)
     }
@@ -149,20 +145,17 @@ impl<A: Admission> Worker<A> {
         self.progress
     }
 
-    fn waiting_for(&self) -> WaitingFor {
-        WaitingFor::with_in_flight(self.in_flight())
-    }
-
-    /// A poll phase ended: at `ended_ns` its last steps (turning notifications back on,
-    /// reaping leftovers) began, and [`Worker::progress`] was `progress_before`. Work
-    /// those found ends the wait as any other would (serving it is not waiting), so the
-    /// next one is timed for what it waits for.
-    pub fn poll_phase_ended(&mut self, progress_before: u64, ended_ns: u64) {
-        if self.progress != progress_before {
-            self.poll.work_at(ended_ns);
-            self.poll
-                .waiting_from(monotonic_now_ns(), self.waiting_for());
+    /// Work found at `found_ns`, if any, ended the wait (its window adapts; serving it is
+    /// not waiting); from now the worker waits for what its requests at the device say.
+    /// Returns the clock reading the wait starts at.
+    fn next_wait(&mut self, found_ns: Option<u64>) -> u64 {
+        if let Some(found_ns) = found_ns {
+            self.poll.work_at(found_ns);
         }
+        let now = monotonic_now_ns();
+        self.poll
+            .waiting_from(now, WaitingFor::with_in_flight(self.in_flight()));
+        now
     }
 
     fn may_poll(&self) -> bool {
@@ -170,7 +163,7 @@ impl<A: Admission> Worker<A> {
     }
 
     /// One look at the served rings and the completion queue, serving what is there; the
-    /// rings it pops from keep their notifications off until [`Worker::end_polling`].
+    /// rings it pops from keep their notifications off until [`Worker::end_poll_phase`].
     /// Returns the deadline to keep polling until: a window from now when work was
     /// found, never past `phase_end_ns`; `None` once `deadline_ns` or `phase_end_ns` has
     /// passed or requests are parked. Work found is timed even when serving it fails.
@@ -183,14 +176,14 @@ impl<A: Admission> Worker<A> {
         let before = self.progress;
         let looked_at = monotonic_now_ns();
         let served = self.look(vrings);
-        let now = monotonic_now_ns();
-        let mut next = deadline_ns;
-        if self.progress != before {
-            // The wait ended when this look began; serving what it found is not waiting.
-            self.poll.work_at(looked_at);
-            self.poll.waiting_from(now, self.waiting_for());
-            next = now + self.poll.window_ns();
-        }
+        // The wait ended when this look began.
+        let found = self.progress != before;
+        let now = self.next_wait(found.then_some(looked_at));
+        let next = if found {
+            now + self.poll.window_ns()
+        } else {
+            deadline_ns
+        };
         served?;
         let open = now < next && now < phase_end_ns && self.may_poll();
         Ok(open.then_some(next.min(phase_end_ns)))
@@ -221,11 +214,28 @@ impl<A: Admission> Worker<A> {
         Ok(())
     }
 
-    /// The poll phase is over: the rings it popped from get their notifications back, and
-    /// what the guest published meanwhile is served as a kick would be. A ring stopped
-    /// meanwhile is left alone: its state is the frontend's (or the volume's other
-    /// connection's) now. Every ring is handled even past an error; the first is returned.
-    pub fn end_polling(&mut self, vrings: &[Vring]) -> io::Result<()> {
+    /// The poll phase started by `event` is over: the rings it popped from get their
+    /// notifications back, what the guest published meanwhile is served as a kick would
+    /// be, and nothing completed at once is left behind. Work these steps find ends the
+    /// wait as any other would. Errors are logged; the worker keeps serving.
+    pub fn end_poll_phase(&mut self, vrings: &[Vring], event: u16) {
+        let (before, ended_at) = (self.progress, monotonic_now_ns());
+        if let Err(e) = self.end_polling(vrings) {
+            self.report_error(event, &e);
+        }
+        if let Err(e) = self.reap_leftovers() {
+            self.report_error(event, &e);
+        }
+        if self.progress != before {
+            self.next_wait(Some(ended_at));
+        }
+    }
+
+    /// Turns the notifications of the rings the phase popped from back on and serves
+    /// what they hold. A ring stopped meanwhile is left alone: its state is the
+    /// frontend's (or the volume's other connection's) now. Every ring is handled even
+    /// past an error; the first is returned.
+    fn end_polling(&mut self, vrings: &[Vring]) -> io::Result<()> {
         let mut polled =
             std::mem::take(&mut self.polled_queues) & self.serving & !(self.stopping | self.broken);
         let mut result = Ok(());
