@@ -30,6 +30,7 @@
 //! - [`duration`]: durations as configs, the API and job files write them.
 //! - [`instance_lock`]: one daemon per host disk (an exclusive `flock` on it).
 //! - [`fd_limit`]: the descriptor limit raised for thousands of volumes.
+//! - [`cpu_affinity`]: the CPUs a volume's worker threads are pinned to.
 //! - [`logging`]: the `tracing` setup, with rate limits for log lines a guest can cause.
 //! - [`rng`]: a small deterministic PRNG (simulator, load generator, profile).
 //! - [`sd_notify`]: systemd's readiness notification for `Type=notify` units.
@@ -43,6 +44,7 @@ pub(crate) mod calibration;
 pub mod config;
 pub mod control;
 pub mod cost_model;
+pub mod cpu_affinity;
 pub mod daemon;
 pub(crate) mod duration;
 pub mod emulated;

@@ -57,6 +57,9 @@ pub struct VolumeBackend<A: Admission> {
     stops_waiting: std::sync::atomic::AtomicU32,
     /// The workers' wake eventfds, reachable without taking their locks.
     wakes: Vec<Arc<vmm_sys_util::eventfd::EventFd>>,
+    /// Pins each worker thread to its CPU (`cpu_affinity`) at its first event: the
+    /// crate starts the threads, so they place themselves.
+    placed: Vec<std::sync::Once>,
     mem: CurrentMemory,
     tokens: Tokens,
     /// This connection's first message ([`super::handshake`]).
@@ -111,6 +114,7 @@ impl<A: Admission> VolumeBackend<A> {
             .collect::<io::Result<Vec<_>>>()?;
         let masks = round_robin_masks(volume.num_queues, n);
         Ok(VolumeBackend {
+            placed: wakes.iter().map(|_| std::sync::Once::new()).collect(),
             wakes,
             workers,
             masks,
@@ -233,6 +237,24 @@ impl<A: Admission> VolumeBackend<A> {
 
     pub fn tokens(&self) -> Tokens {
         self.tokens
+    }
+
+    /// Pins the calling thread, worker `thread`, to its CPU. A CPU taken away since the
+    /// config was checked (offline, or outside a new cgroup) leaves it where it is.
+    fn pin_worker_thread(&self, thread: usize) {
+        let cpus = &self.volume.cpu_affinity;
+        let cpu = cpus[thread % cpus.len()];
+        match crate::cpu_affinity::pin_current_thread(cpu) {
+            Ok(()) => {
+                tracing::debug!(volume = %self.volume.name, worker = thread, cpu, "worker pinned")
+            }
+            Err(e) => tracing::warn!(
+                volume = %self.volume.name,
+                worker = thread,
+                cpu,
+                "cpu_affinity: cannot pin the worker, the scheduler places it: {e}"
+            ),
+        }
     }
 
     /// Worker `thread`'s state.
@@ -477,6 +499,9 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
         if device_event == self.tokens.exit {
             // The only error that ends the thread: the connection is over.
             return Err(io::Error::other("connection ended"));
+        }
+        if !self.volume.cpu_affinity.is_empty() {
+            self.placed[thread].call_once(|| self.pin_worker_thread(thread));
         }
         let mut worker = self.worker(thread);
         let t = self.tokens;

@@ -88,6 +88,9 @@ pub struct Volume<A: Admission> {
     pub lease: std::sync::Arc<super::lease::DataPlaneLease>,
     /// Worker threads per connection (`workers`), each serving every `workers`-th queue.
     pub workers: u16,
+    /// The CPU each worker thread is pinned to, worker `t` to the `t % len`-th (empty:
+    /// the scheduler places them).
+    pub cpu_affinity: Vec<u16>,
     /// Taken by a worker around its calls into admission control: the QoS core admits
     /// one volume's requests from one thread at a time (design §8.11).
     admission_turn: std::sync::Mutex<()>,
@@ -128,6 +131,7 @@ impl<A: Admission> Volume<A> {
             counters: VolumeCounters::default(),
             lease: Default::default(),
             workers: cfg.workers,
+            cpu_affinity: cfg.cpu_affinity.clone().unwrap_or_default(),
             admission_turn: Default::default(),
         }
     }

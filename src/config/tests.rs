@@ -146,6 +146,37 @@ fn unknown_groups_and_cycles_are_refused() {
 }
 
 #[test]
+fn cpu_affinity_names_cpus_the_daemon_may_use_one_per_worker() {
+    let allowed = crate::cpu_affinity::allowed().unwrap();
+    let first = allowed[0];
+    let with = |keys: &str| BASE.replace("group = \"tenant-a\"", keys);
+    let c = Config::parse(&with(&format!(
+        "num_queues = 2\nworkers = 2\ncpu_affinity = [{first}, {first}]"
+    )))
+    .unwrap();
+    assert_eq!(c.volumes[0].cpu_affinity, Some(vec![first, first]));
+    assert_eq!(c.volumes[1].cpu_affinity, None, "absent: not pinned");
+    let e = err_of(&with("cpu_affinity = []"));
+    assert!(e.contains("\"a\".cpu_affinity: names no CPU"), "{e}");
+    let e = err_of(&with(&format!("cpu_affinity = [{first}, {first}]")));
+    assert!(
+        e.contains("\"a\".cpu_affinity: names 2 CPUs for 1 worker(s)"),
+        "{e}"
+    );
+    let outside = (0..1024u16).find(|cpu| !allowed.contains(cpu)).unwrap();
+    let e = err_of(&with(&format!("cpu_affinity = [{outside}]")));
+    assert!(
+        e.contains(&format!(
+            "\"a\".cpu_affinity: CPU {outside} is not one the daemon may run on (allowed: {})",
+            crate::cpu_affinity::list(&allowed)
+        )),
+        "{e}"
+    );
+    let e = err_of(&with("cpu_affinity = [70000]"));
+    assert!(e.contains("cpu_affinity"), "{e}");
+}
+
+#[test]
 fn bad_queue_geometry_and_serial_are_refused() {
     let e = err_of(&BASE.replace("group = \"tenant-a\"", "queue_size = 100"));
     assert!(e.contains("\"a\".queue_size"), "{e}");

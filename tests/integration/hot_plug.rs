@@ -153,6 +153,12 @@ fn added_and_removed_nodes_survive_a_restart() {
         (d_with(json!({ "name": "tenant" })), 400, "name"),
         // The device's own file under another name.
         (d_with(json!({ "path": "./disk.img" })), 400, "path"),
+        // A CPU the daemon may not run on.
+        (
+            d_with(json!({ "cpu_affinity": [1023] })),
+            400,
+            "cpu_affinity",
+        ),
     ];
     for (body, want, field) in refusals {
         let (status, e) = call("POST", "/v1/volumes", body.clone());

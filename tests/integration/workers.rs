@@ -1,5 +1,5 @@
 //! A volume with several worker threads (`workers`): each serves its own queues, and the
-//! data written through one queue reads back through the other.
+//! data written through one queue reads back through the other; `cpu_affinity` pins them.
 
 use crate::client::{pattern, Client, Op};
 use crate::daemon::{config, volume, DaemonProcess};
@@ -115,6 +115,55 @@ fn two_workers_serve_a_two_queue_volume_and_one_worker_serves_both_queues_alone(
     let (q0, _) = busiest_worker(&d, &mut one, 0);
     let (q1, _) = busiest_worker(&d, &mut one, 1);
     assert_eq!(q0, q1, "with one worker, one thread serves both queues");
+}
+
+/// The CPUs thread `tid` of process `pid` may run on, as /proc lists them (`0-1`).
+fn cpus_allowed(pid: u32, tid: u32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn cpu_affinity_pins_each_worker_to_its_cpu_and_leaves_other_volumes_alone() {
+    let allowed = vhost_iocost::cpu_affinity::allowed().unwrap();
+    // Worker 0 on the last CPU this test may use, worker 1 on the first (the same CPU
+    // on a one-CPU machine).
+    let (cpu0, cpu1) = (*allowed.last().unwrap(), allowed[0]);
+    let d = DaemonProcess::start(&config(
+        "",
+        &(volume(
+            "pinned",
+            0,
+            8,
+            &format!("num_queues = 2\nworkers = 2\ncpu_affinity = [{cpu0}, {cpu1}]"),
+        ) + &volume("free", 8, 8, "")),
+    ));
+    let mut pinned = Client::connect(&d.socket("pinned"), 2, 1 << 20);
+    let (q0, _) = busiest_worker(&d, &mut pinned, 0);
+    let (q1, _) = busiest_worker(&d, &mut pinned, 1);
+    assert_eq!(
+        cpus_allowed(d.pid(), q0),
+        cpu0.to_string(),
+        "queue 0's worker"
+    );
+    assert_eq!(
+        cpus_allowed(d.pid(), q1),
+        cpu1.to_string(),
+        "queue 1's worker"
+    );
+
+    let mut free = Client::connect(&d.socket("free"), 1, 1 << 20);
+    let (q, _) = busiest_worker(&d, &mut free, 0);
+    assert_eq!(
+        cpus_allowed(d.pid(), q),
+        vhost_iocost::cpu_affinity::list(&allowed),
+        "a volume without cpu_affinity keeps the daemon's CPUs"
+    );
 }
 
 #[test]
