@@ -10,6 +10,8 @@
 #     the file at QD1 with poll_max = "64us", and the null paths at QD32, where what is
 #     left is the servers' own work per request (and, for a server that does not poll,
 #     its wake-ups on the client's kicks);
+#   - at QD1, the daemon's worker (`cpu_affinity`) and the client pinned to the CPU taking
+#     the disk's interrupts, with poll_max = "64us", against fio pinned there too;
 # the server's CPU time per request (utime + stime from /proc) on the null paths at a
 # fixed 40,000 requests a second, server and client pinned to one CPU and to two; the
 # daemon with its default adaptive polling and with
@@ -29,6 +31,7 @@ command -v qemu-storage-daemon >/dev/null ||
     { echo "qemu-storage-daemon is required (apt-get install qemu-system-common)"; exit 1; }
 
 fill_file "$work/disk.img" 1G
+irq=$(irq_cpu "$work/disk.img")
 server_pid=
 # lib.sh's cleanup stops the daemon; qemu-storage-daemon too.
 trap 'if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; fi; cleanup' EXIT
@@ -115,6 +118,13 @@ poll_max = "64us"' false
     measure "vhost-iocost, file, poll_max 64us" 1 "$work/v.sock"
     tenant_opt=",poll=true" measure "vhost-iocost, file, poll_max 64us, polling client" 1 "$work/v.sock"
     stop_server
+    if [ -n "$irq" ]; then
+        client_cpu=$irq measure "fio, interrupt CPU" 1 "$work/v.sock" --fio-file "$work/disk.img"
+        daemon 'path = "disk.img"
+poll_max = "64us"' false "cpu_affinity = [$irq]"
+        client_cpu=$irq measure "vhost-iocost, file, poll_max 64us, interrupt CPU" 1 "$work/v.sock"
+        stop_server
+    fi
     qsd "driver=file,node-name=n0,filename=$work/disk.img,cache.direct=on,aio=io_uring"
     both_depths "qemu-storage-daemon, file" "$work/q.sock"
     stop_server
@@ -154,10 +164,10 @@ workers = $workers"
     stop_server
 done
 
-python3 - "$work/results.jsonl" "$rate" <<'PY'
+python3 - "$work/results.jsonl" "$rate" "$irq" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-rate = sys.argv[2]
+rate, irq = sys.argv[2], sys.argv[3]
 def best(row, qd, key, pick):
     vals = [r[key] for r in rows if r["row"] == row and r["qd"] == qd]
     return pick(vals) if vals else None
@@ -181,6 +191,12 @@ print(f"file path QD1 p50 with poll_max = 64us: "
       f"{best('vhost-iocost, file, poll_max 64us', 1, 'p50', min) - fio1:+.1f} us from fio; "
       f"with a polling client too: "
       f"{best('vhost-iocost, file, poll_max 64us, polling client', 1, 'p50', min) - fio1:+.1f} us")
+if irq:
+    pinned = best("vhost-iocost, file, poll_max 64us, interrupt CPU", 1, "p50", min)
+    fio_pinned = best("fio, interrupt CPU", 1, "p50", min)
+    print(f"file path QD1 p50 with poll_max = 64us, the worker (cpu_affinity) and the client on "
+          f"CPU {irq}, which takes the disk's interrupts: {pinned:.1f} us, "
+          f"{pinned - fio_pinned:+.1f} us from fio on that CPU ({fio_pinned:.1f} us)")
 dp = best("vhost-iocost, null, polling client", 32, "iops", max)
 for row in ["qemu-storage-daemon, null-co", "qemu-storage-daemon, null-co, iothread"]:
     qp = best(f"{row}, polling client", 32, "iops", max)

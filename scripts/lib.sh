@@ -41,6 +41,25 @@ command -v fio >/dev/null || { echo "fio is required (apt-get install fio)"; exi
 cargo build --release --quiet
 bin=$PWD/target/release/vhost-iocost
 
+# irq_cpu FILE: the CPU that has taken the most interrupts of the request queues of the
+# disk holding FILE (virtio-blk's `virtioN-req.Q`, NVMe's `nvmeNqQ` in /proc/interrupts);
+# empty if none is found.
+irq_cpu() {
+    local dev name
+    dev=$(df --output=source "$1" | tail -1)
+    dev=${dev#/dev/}
+    if [ -e "/sys/class/block/$dev/partition" ]; then
+        dev=$(basename "$(dirname "$(readlink -f "/sys/class/block/$dev")")")
+    fi
+    [ -e "/sys/block/$dev/device" ] || return 0
+    name=$(basename "$(readlink -f "/sys/block/$dev/device")")
+    awk -v name="$name" 'NR == 1 { ncpu = NF; next }
+        $0 ~ (" " name "-req|" name "q[1-9]") {
+            for (i = 2; i <= ncpu + 1; i++) if ($i + 0 > best) { best = $i + 0; cpu = i - 2 }
+        }
+        END { if (best > 0) print cpu }' /proc/interrupts
+}
+
 # start_daemon CONFIG_TEXT [WRAPPER...]: runs the daemon in $work (under WRAPPER, e.g.
 # `taskset -c 1`) until it logs that it is serving; $daemon_pid is its PID.
 start_daemon() { start_daemon_in "$work" "$@"; }
