@@ -6,8 +6,9 @@
 # daemon's completion. 4 KiB random reads through one queue at QD1 and QD32 on a file,
 # beside fio with io_uring and O_DIRECT on the same file in the same rounds, and at QD1 on
 # the null device. At QD1 also with the daemon polling through the file's reads
-# (poll_max = "64us"), and with a client that polls its queue too (the tenant's
-# poll = true, as a guest with polled virtio-blk queues).
+# (poll_max = "64us"), with the worker (`cpu_affinity`) and the client pinned to the CPU
+# taking the disk's interrupts (beside fio pinned there), and with a client that polls its
+# queue too (the tenant's poll = true, as a guest with polled virtio-blk queues).
 #
 # The machine is shared and noisy: each row runs once per round, and the table shows the
 # round with the highest IOPS of each (fio's too). Stages are means over the round trips
@@ -22,6 +23,7 @@ rounds=${2:-2}
 source scripts/lib.sh
 
 fill_file "$work/disk.img" 1G
+irq=$(irq_cpu "$work/disk.img")
 
 # row NAME QD: appends the JSON line of one run to results.jsonl; $trace names the trace
 # of a daemon run (empty for fio).
@@ -39,14 +41,18 @@ print(json.dumps(out))
 PY
 }
 
-# fio_row QD
+# $client_cpu pins the client (and the fio it runs).
+pin_client() { if [ -n "${client_cpu:-}" ]; then taskset -c "$client_cpu" "$@"; else "$@"; fi; }
+
+# fio_row QD [NAME]
 fio_row() {
-    "$bin" bench --json --runtime "${runtime}s" --ramp 1s --fio-file "$work/disk.img" \
+    pin_client "$bin" bench --json --runtime "${runtime}s" --ramp 1s --fio-file "$work/disk.img" \
         --tenant "socket=fio,rw=randread,bs=4k,iodepth=$1" 2>/dev/null >"$work/run.json"
-    trace= row "fio" "$1"
+    trace= row "${2:-fio}" "$1"
 }
 
-# traced_row NAME QD DEVICE_LINES [TENANT_KEYS]: one daemon run, traced from start to stop.
+# traced_row NAME QD DEVICE_LINES [TENANT_KEYS] [VOLUME_LINES]: one daemon run, traced
+# from start to stop.
 traced_row() {
     trace="$work/trace.$RANDOM"
     export VHOST_IOCOST_STAGE_TRACE=$trace
@@ -57,8 +63,9 @@ enable = false
 [[volume]]
 name = \"v\"
 socket = \"v.sock\"
-size = \"1GiB\""
-    "$bin" bench --json --runtime "${runtime}s" --ramp 1s \
+size = \"1GiB\"
+${5:-}"
+    pin_client "$bin" bench --json --runtime "${runtime}s" --ramp 1s \
         --tenant "socket=$work/v.sock,rw=randread,bs=4k,iodepth=$2${4:-}" 2>/dev/null >"$work/run.json"
     stop_daemon
     unset VHOST_IOCOST_STAGE_TRACE
@@ -74,6 +81,11 @@ for round in $(seq "$rounds"); do
     done
     traced_row "vhost-iocost, QD1, poll_max 64us" 1 'path = "disk.img"
 poll_max = "64us"'
+    if [ -n "$irq" ]; then
+        client_cpu=$irq fio_row 1 "fio, interrupt CPU"
+        client_cpu=$irq traced_row "vhost-iocost, QD1, poll_max 64us, interrupt CPU" 1 'path = "disk.img"
+poll_max = "64us"' "" "cpu_affinity = [$irq]"
+    fi
     traced_row "vhost-iocost, QD1, poll_max 64us, polling client" 1 'path = "disk.img"
 poll_max = "64us"' ",poll=true"
     traced_row "vhost-iocost, null, QD1" 1 'kind = "null"'
@@ -85,10 +97,15 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 def best(name, qd):
     return max((r for r in rows if r["row"] == name and r["qd"] == qd), key=lambda r: r["iops"])
 cols = [("vhost-iocost, QD1", 1), ("vhost-iocost, QD1, poll_max 64us", 1),
+        ("vhost-iocost, QD1, poll_max 64us, interrupt CPU", 1),
         ("vhost-iocost, QD1, poll_max 64us, polling client", 1),
         ("vhost-iocost, QD32", 32), ("vhost-iocost, null, QD1", 1)]
+cols = [c for c in cols if any(r["row"] == c[0] for r in rows)]
 picked = [best(*c) for c in cols]
 fio = {qd: best("fio", qd) for qd in (1, 32)}
+# The pinned daemon against fio pinned to the same CPU.
+fio_of = {c[0]: (best("fio, interrupt CPU", 1) if "interrupt CPU" in c[0] else fio[c[1]])
+          for c in cols}
 print("| mean per round trip, us | " + " | ".join(c[0].removeprefix("vhost-iocost, ") for c in cols) + " |")
 print("|---|" + "---|" * len(cols))
 for stage in picked[0]["stages_us"]:
@@ -103,8 +120,8 @@ print("| cycle (QD / IOPS) | " + " | ".join(f"{p['cycle_us']:.1f}" for p in pick
 # The null device has no fio to compare with.
 on_file = [("null" not in c[0]) for c in cols]
 def vs_fio(fmt):
-    return " | ".join(fmt(p, fio[c[1]]) if f else "" for p, c, f in zip(picked, cols, on_file))
-print("| fio's cycle, its best round of the same rounds | " + vs_fio(lambda p, f: f"{f['cycle_us']:.1f}") + " |")
+    return " | ".join(fmt(p, fio_of[c[0]]) if f else "" for p, c, f in zip(picked, cols, on_file))
+print("| fio's cycle, its best round of the same rounds (pinned with the pinned daemon) | " + vs_fio(lambda p, f: f"{f['cycle_us']:.1f}") + " |")
 print("| IOPS / fio's | " + vs_fio(lambda p, f: f"{p['iops'] / f['iops']:.2f}") + " |")
 print("| p50 latency - fio's | " + vs_fio(lambda p, f: f"{p['p50'] - f['p50']:+.1f}") + " |")
 PY
