@@ -42,7 +42,8 @@ pub enum CtlCommand {
     Groups,
     /// Add a volume at runtime (persistently): its socket listens when this returns.
     /// Without --offset or --path the daemon allocates the first free range of the
-    /// device. More keys of `[[volume]]` as KEY=VALUE (e.g. `num_queues=4`).
+    /// device. More keys of `[[volume]]` as KEY=VALUE (e.g. `num_queues=4`,
+    /// `cpu_affinity=[2,3]`).
     AddVolume {
         /// The volume's name.
         name: String,
@@ -65,7 +66,7 @@ pub enum CtlCommand {
         /// Weight, 1..10000 (default 100).
         #[arg(long)]
         weight: Option<u32>,
-        /// Further `[[volume]]` keys, e.g. `num_queues=4 read_only=true`.
+        /// Further `[[volume]]` keys, e.g. `num_queues=4 read_only=true cpu_affinity=[2]`.
         #[arg(value_name = "KEY=VALUE")]
         keys: Vec<String>,
     },
@@ -574,8 +575,9 @@ fn format_class(
     }
 }
 
-/// `KEY=VALUE` pairs as a JSON object: numbers stay numbers, anything else ("200MiB")
-/// is passed as a string for the daemon to parse and check.
+/// `KEY=VALUE` pairs as a JSON object: numbers stay numbers, a list stays a list
+/// (`cpu_affinity=[2,3]`), anything else ("200MiB") is passed as a string for the daemon
+/// to parse and check.
 fn key_values(pairs: &[String]) -> Result<serde_json::Map<String, Value>, String> {
     let mut caps = serde_json::Map::new();
     for pair in pairs {
@@ -585,8 +587,14 @@ fn key_values(pairs: &[String]) -> Result<serde_json::Map<String, Value>, String
         // "0660" (a mode) stays a string; so does anything else that is not a plain number.
         let octal =
             value.len() > 1 && value.starts_with('0') && value.bytes().all(|b| b.is_ascii_digit());
+        let list = value
+            .starts_with('[')
+            .then(|| serde_json::from_str::<Vec<Value>>(value).ok())
+            .flatten();
         let value = if let Ok(b) = value.parse::<bool>() {
             Value::from(b)
+        } else if let Some(list) = list {
+            Value::from(list)
         } else if octal {
             Value::from(value)
         } else if let Ok(n) = value.parse::<u64>() {

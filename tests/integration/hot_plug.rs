@@ -235,6 +235,11 @@ fn added_and_removed_nodes_survive_a_restart() {
 #[test]
 fn ctl_adds_and_removes_groups_and_volumes() {
     let d = DaemonProcess::start(&config(CONTROL, &volume("a", 0, 8, "")));
+    // A list passes as a list (a string would be refused).
+    let cpu_affinity = format!(
+        "cpu_affinity=[{}]",
+        vhost_iocost::cpu_affinity::allowed().unwrap()[0]
+    );
     assert_eq!(
         ctl(&d, &["add-group", "g", "--weight", "200"]),
         "group g: added under root\n"
@@ -252,6 +257,7 @@ fn ctl_adds_and_removes_groups_and_volumes() {
             "g",
             "num_queues=2",
             "read_only=true",
+            &cpu_affinity,
         ],
     );
     assert_eq!(
