@@ -23,6 +23,7 @@ mod libvirt;
 mod malformed;
 mod migration;
 mod operations;
+mod polling;
 mod profile;
 mod qmp;
 mod qos;

@@ -298,6 +298,23 @@ impl RawFrontend {
         self.queues[q].notify();
     }
 
+    /// Kicks queue `q` only if the device asks for it, as a virtio driver decides after
+    /// publishing entries from avail index `old` (EVENT_IDX: Linux's `vring_need_event`).
+    /// Returns whether it kicked.
+    pub fn kick_if_needed(&self, q: usize, old: u16) -> bool {
+        // The published index before the read of avail_event (the driver's
+        // virtqueue_kick_prepare): a device that stops polling writes avail_event and
+        // then reads the index, so one of the two sees the other's write.
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        let new = self.avail_idx(q);
+        let event = self.avail_event(q);
+        let needed = new.wrapping_sub(event).wrapping_sub(1) < new.wrapping_sub(old);
+        if needed {
+            self.kick(q);
+        }
+        needed
+    }
+
     /// The used index the device has published on queue `q`.
     pub fn used_idx(&self, q: usize) -> u16 {
         self.queues[q].used_idx(&self.mem)
