@@ -42,10 +42,11 @@ cargo build --release --quiet
 bin=$PWD/target/release/vhost-iocost
 
 # irq_cpu FILE: the CPU that has taken the most interrupts of the request queues of the
-# disk holding FILE (virtio-blk's `virtioN-req.Q`, NVMe's `nvmeNqQ` in /proc/interrupts);
-# empty if none is found.
+# disk holding FILE (virtio-blk's `virtioN-req.Q`, NVMe's `nvmeNqQ` in /proc/interrupts),
+# if this script may run there; empty if none is found (device-mapper and md devices,
+# tmpfs).
 irq_cpu() {
-    local dev name
+    local dev name cpu
     dev=$(df --output=source "$1" | tail -1)
     dev=${dev#/dev/}
     if [ -e "/sys/class/block/$dev/partition" ]; then
@@ -53,11 +54,13 @@ irq_cpu() {
     fi
     [ -e "/sys/block/$dev/device" ] || return 0
     name=$(basename "$(readlink -f "/sys/block/$dev/device")")
-    awk -v name="$name" 'NR == 1 { ncpu = NF; next }
+    # The header names the online CPUs' columns (CPU0 CPU2 ... with CPU1 offline).
+    cpu=$(awk -v name="$name" 'NR == 1 { for (i = 1; i <= NF; i++) col[i] = substr($i, 4); ncpu = NF; next }
         $0 ~ (" " name "-req|" name "q[1-9]") {
-            for (i = 2; i <= ncpu + 1; i++) if ($i + 0 > best) { best = $i + 0; cpu = i - 2 }
+            for (i = 2; i <= ncpu + 1; i++) if ($i + 0 > best) { best = $i + 0; cpu = col[i - 1] }
         }
-        END { if (best > 0) print cpu }' /proc/interrupts
+        END { if (best > 0) print cpu }' /proc/interrupts)
+    if [ -n "$cpu" ] && taskset -c "$cpu" true 2>/dev/null; then echo "$cpu"; fi
 }
 
 # start_daemon CONFIG_TEXT [WRAPPER...]: runs the daemon in $work (under WRAPPER, e.g.

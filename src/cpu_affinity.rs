@@ -63,9 +63,9 @@ pub fn list(cpus: &[u16]) -> String {
         .join(",")
 }
 
-/// Why `cpus` cannot place `workers` worker threads on this machine, if they cannot:
-/// worker `t` runs on `cpus[t % cpus.len()]`, so a list longer than `workers` names CPUs
-/// no worker would use.
+/// Why `cpus` is not a list of CPUs for `workers` worker threads, if it is not: worker `t`
+/// runs on `cpus[t % cpus.len()]`, so a list longer than `workers` names CPUs no worker
+/// would use. Whether this machine has the CPUs is [`available`]'s question.
 pub fn check(cpus: &[u16], workers: u16) -> Result<(), String> {
     if cpus.is_empty() {
         return Err("names no CPU (leave it out to let the scheduler place the workers)".into());
@@ -76,11 +76,31 @@ pub fn check(cpus: &[u16], workers: u16) -> Result<(), String> {
             cpus.len()
         ));
     }
-    let allowed = allowed().map_err(|e| format!("cannot read the daemon's CPUs: {e}"))?;
-    match cpus.iter().find(|cpu| !allowed.contains(cpu)) {
-        Some(cpu) => Err(format!(
-            "CPU {cpu} is not one the daemon may run on (allowed: {})",
-            list(&allowed)
+    match cpus.iter().find(|&&cpu| usize::from(cpu) >= CPU_LIMIT) {
+        Some(cpu) => Err(format!("CPU {cpu}: CPU numbers go up to {}", CPU_LIMIT - 1)),
+        None => Ok(()),
+    }
+}
+
+/// Whether a thread of the daemon can be pinned to each of `cpus` now: a short-lived
+/// thread tries them in turn, so the answer is the kernel's (the daemon's cpuset, CPUs
+/// online), not a guess from this thread's own affinity, which `isolcpus` or systemd's
+/// `CPUAffinity=` may have narrowed.
+pub fn available(cpus: &[u16]) -> Result<(), String> {
+    let cpus = cpus.to_vec();
+    let tried = std::thread::Builder::new()
+        .name("cpu-check".into())
+        .spawn(move || {
+            cpus.into_iter()
+                .find_map(|cpu| pin_current_thread(cpu).err().map(|e| (cpu, e)))
+        })
+        .map_err(|e| format!("cannot start a thread to try the CPUs: {e}"))?
+        .join()
+        .map_err(|_| "the thread trying the CPUs panicked".to_string())?;
+    match tried {
+        Some((cpu, e)) => Err(format!(
+            "CPU {cpu} is not one the daemon may run on ({e}; the daemon's CPUs: {})",
+            allowed().map_or_else(|e| e.to_string(), |cpus| list(&cpus))
         )),
         None => Ok(()),
     }
@@ -108,14 +128,16 @@ mod tests {
         assert!(check(&[first, first], 1)
             .unwrap_err()
             .contains("names 2 CPUs for 1 worker(s)"));
-        let outside = (0..CPU_LIMIT as u16)
-            .find(|cpu| !allowed.contains(cpu))
-            .unwrap();
-        let e = check(&[first, outside], 2).unwrap_err();
+        assert!(check(&[CPU_LIMIT as u16], 1)
+            .unwrap_err()
+            .contains("CPU numbers go up to 1023"));
+        assert_eq!(available(&allowed), Ok(()));
+        // A CPU this machine does not have (`allowed` would not show an isolated one).
+        let outside = CPU_LIMIT as u16 - 1;
+        assert!(!allowed.contains(&outside), "a machine with 1,024 CPUs");
+        let e = available(&[first, outside]).unwrap_err();
         assert!(
-            e.contains(&format!(
-                "CPU {outside} is not one the daemon may run on (allowed: "
-            )),
+            e.contains(&format!("CPU {outside} is not one the daemon may run on (")),
             "{e}"
         );
     }

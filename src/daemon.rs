@@ -75,6 +75,15 @@ impl Daemon {
             config.device.clone(),
         ));
         for (i, v) in config.volumes.iter().enumerate() {
+            // A CPU gone since the volume was configured leaves its workers unpinned; it
+            // does not keep the other volumes from starting.
+            if let Some(Err(e)) = v
+                .cpu_affinity
+                .as_deref()
+                .map(crate::cpu_affinity::available)
+            {
+                tracing::warn!(volume = %v.name, "cpu_affinity: {e}: its workers run where the scheduler puts them");
+            }
             if let Err(e) = volumes.add(v, i) {
                 volumes.stop();
                 return Err(DaemonError::Qos(e.to_string()));

@@ -246,7 +246,7 @@ impl<A: Admission> VolumeBackend<A> {
         let cpu = cpus[thread % cpus.len()];
         match crate::cpu_affinity::pin_current_thread(cpu) {
             Ok(()) => {
-                tracing::debug!(volume = %self.volume.name, worker = thread, cpu, "worker pinned")
+                tracing::info!(volume = %self.volume.name, worker = thread, cpu, "worker pinned")
             }
             Err(e) => tracing::warn!(
                 volume = %self.volume.name,

@@ -43,7 +43,7 @@ pub enum CtlCommand {
     /// Add a volume at runtime (persistently): its socket listens when this returns.
     /// Without --offset or --path the daemon allocates the first free range of the
     /// device. More keys of `[[volume]]` as KEY=VALUE (e.g. `num_queues=4`,
-    /// `cpu_affinity=[2,3]`).
+    /// `'cpu_affinity=[2,3]'`, quoted for the shell).
     AddVolume {
         /// The volume's name.
         name: String,
@@ -66,7 +66,7 @@ pub enum CtlCommand {
         /// Weight, 1..10000 (default 100).
         #[arg(long)]
         weight: Option<u32>,
-        /// Further `[[volume]]` keys, e.g. `num_queues=4 read_only=true cpu_affinity=[2]`.
+        /// Further `[[volume]]` keys, e.g. `num_queues=4 read_only=true 'cpu_affinity=[2]'`.
         #[arg(value_name = "KEY=VALUE")]
         keys: Vec<String>,
     },

@@ -94,6 +94,9 @@ impl Control {
         next.validate().map_err(config_error)?;
         next.validate_layout(device_size, block)
             .map_err(config_error)?;
+        if let Some(cpus) = &volume.cpu_affinity {
+            crate::cpu_affinity::available(cpus).map_err(|e| ApiError::field("cpu_affinity", e))?;
+        }
         let index = next.volumes.len() - 1;
         if allocate {
             // Zeroed and on disk before the volume is recorded (it may have held a removed

@@ -131,8 +131,11 @@ fn cpus_allowed(pid: u32, tid: u32) -> String {
 #[test]
 fn cpu_affinity_pins_each_worker_to_its_cpu_and_leaves_other_volumes_alone() {
     let allowed = vhost_iocost::cpu_affinity::allowed().unwrap();
-    // Worker 0 on the last CPU this test may use, worker 1 on the first (the same CPU
-    // on a one-CPU machine).
+    if allowed.len() < 2 {
+        eprintln!("skipped: one CPU cannot tell a pinned worker from a free one");
+        return;
+    }
+    // Worker 0 on the last CPU this test may use, worker 1 on the first.
     let (cpu0, cpu1) = (*allowed.last().unwrap(), allowed[0]);
     let d = DaemonProcess::start(&config(
         "",
@@ -164,6 +167,34 @@ fn cpu_affinity_pins_each_worker_to_its_cpu_and_leaves_other_volumes_alone() {
         vhost_iocost::cpu_affinity::list(&allowed),
         "a volume without cpu_affinity keeps the daemon's CPUs"
     );
+}
+
+#[test]
+fn a_volume_pinned_to_a_cpu_the_machine_lacks_starts_unpinned_and_says_so() {
+    let d = DaemonProcess::start(&config(
+        "",
+        &(volume("gone", 0, 8, "cpu_affinity = [1023]") + &volume("other", 8, 8, "")),
+    ));
+    assert!(
+        d.log_text()
+            .contains("cpu_affinity: CPU 1023 is not one the daemon may run on"),
+        "{}",
+        d.log_text()
+    );
+    let mut gone = Client::connect(&d.socket("gone"), 1, 1 << 20);
+    let (worker, _) = busiest_worker(&d, &mut gone, 0);
+    assert_eq!(
+        cpus_allowed(d.pid(), worker),
+        vhost_iocost::cpu_affinity::list(&vhost_iocost::cpu_affinity::allowed().unwrap()),
+        "its worker runs where the scheduler puts it"
+    );
+    assert!(
+        d.log_text().contains("cannot pin the worker"),
+        "{}",
+        d.log_text()
+    );
+    let mut other = Client::connect(&d.socket("other"), 1, 1 << 20);
+    busiest_worker(&d, &mut other, 0);
 }
 
 #[test]
