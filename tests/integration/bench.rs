@@ -1,7 +1,7 @@
 //! `vhost-iocost bench` as a user runs it: a job file against the daemon, JSON, progress
 //! lines and pictures; and the same job with fio on a plain file when fio is installed.
 
-use crate::daemon::{config, volume, DaemonProcess, SLOW_MODEL};
+use crate::daemon::{busy_cpus, config, volume, DaemonProcess, SLOW_MODEL};
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Output};
@@ -24,14 +24,6 @@ name = "heavy"
 socket = "heavy.sock"
 queues = 2
 "#;
-
-/// A test whose client threads spin and one that counts requests per second on time do
-/// not run side by side on a 2-core machine.
-static BUSY_CPUS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn busy_cpus() -> std::sync::MutexGuard<'static, ()> {
-    BUSY_CPUS.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn bench(dir: &Path, args: &[&str]) -> Output {
     bench_with_env(dir, args, &[])

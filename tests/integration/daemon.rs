@@ -163,6 +163,15 @@ pub fn config(device_extra: &str, volumes: &str) -> String {
     format!("[device]\npath = \"disk.img\"\ncreate_size = \"64MiB\"\n{device_extra}\n{volumes}")
 }
 
+/// A test whose threads spin (a polling client, a worker polling through long windows)
+/// and one that counts requests per second on time do not run side by side on a 2-core
+/// machine: each holds this while it runs.
+static BUSY_CPUS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+pub fn busy_cpus() -> std::sync::MutexGuard<'static, ()> {
+    BUSY_CPUS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A `[[volume]]` table with its socket named after the volume.
 pub fn volume(name: &str, offset_mib: u64, size_mib: u64, extra: &str) -> String {
     format!(
