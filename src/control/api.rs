@@ -181,6 +181,15 @@ pub struct VolumeView {
     #[serde(default)]
     pub offset: u64,
     pub read_only: bool,
+    /// Virtqueues, and the worker threads serving them per connection.
+    #[serde(default)]
+    pub num_queues: u16,
+    #[serde(default)]
+    pub workers: u16,
+    /// The CPU each worker is pinned to, worker `t` to the `t % len`-th (`[]`: where the
+    /// scheduler puts them).
+    #[serde(default)]
+    pub cpu_affinity: Vec<u16>,
     /// Frontend connections accepted since start.
     pub connections: u64,
     /// A frontend is connected now (a removal needs `force` then).

@@ -236,10 +236,8 @@ fn added_and_removed_nodes_survive_a_restart() {
 fn ctl_adds_and_removes_groups_and_volumes() {
     let d = DaemonProcess::start(&config(CONTROL, &volume("a", 0, 8, "")));
     // A list passes as a list (a string would be refused).
-    let cpu_affinity = format!(
-        "cpu_affinity=[{}]",
-        vhost_iocost::cpu_affinity::allowed().unwrap()[0]
-    );
+    let cpu = vhost_iocost::cpu_affinity::allowed().unwrap()[0];
+    let cpu_affinity = format!("cpu_affinity=[{cpu}]");
     assert_eq!(
         ctl(&d, &["add-group", "g", "--weight", "200"]),
         "group g: added under root\n"
@@ -268,6 +266,11 @@ fn ctl_adds_and_removes_groups_and_volumes() {
     assert_eq!(
         (v["group"]["value"].as_str(), v["read_only"].as_bool()),
         (Some("g"), Some(true))
+    );
+    assert_eq!(
+        (&v["num_queues"], &v["workers"], &v["cpu_affinity"]),
+        (&json!(2), &json!(1), &json!([cpu])),
+        "{v}"
     );
     let client = Client::connect_read_only(&d.socket("v"), MIB as usize);
     assert_eq!(client.capacity, 4 * MIB);
