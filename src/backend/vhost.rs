@@ -239,8 +239,8 @@ impl<A: Admission> VolumeBackend<A> {
         self.tokens
     }
 
-    /// Pins the calling thread, worker `thread`, to its CPU. A CPU taken away since the
-    /// config was checked (offline, or outside a new cgroup) leaves it where it is.
+    /// Pins the calling thread, worker `thread`, to its CPU. A CPU the daemon cannot use
+    /// (offline, outside its cgroup; start-up only warns of one) leaves it where it is.
     fn pin_worker_thread(&self, thread: usize) {
         let cpus = &self.volume.cpu_affinity;
         let cpu = cpus[thread % cpus.len()];

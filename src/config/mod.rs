@@ -202,9 +202,9 @@ pub struct VolumeConfig {
     /// (1..=num_queues): more than one lets a multi-queue guest use more than one core.
     #[serde(default = "default_workers")]
     pub workers: u16,
-    /// The CPUs the workers run on, worker `t` on the `t % len`-th (taskset's numbers):
-    /// beside the guest's vCPU and the disk's interrupt, a request wakes no other CPU.
-    /// Absent: the scheduler places them.
+    /// One CPU per worker thread, worker `t` pinned to the `t % len`-th (taskset's
+    /// numbers): beside the guest's vCPU and the disk's interrupt, a request wakes no
+    /// other CPU. Absent: the scheduler places them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_affinity: Option<Vec<u16>>,
     /// Returned by VIRTIO_BLK_T_GET_ID; the volume name if absent.
