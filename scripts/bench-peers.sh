@@ -32,6 +32,7 @@ command -v qemu-storage-daemon >/dev/null ||
 
 fill_file "$work/disk.img" 1G
 irq=$(irq_cpu "$work/disk.img")
+[ -n "$irq" ] || echo "no CPU found taking the disk's interrupts: the pinned rows are skipped"
 server_pid=
 # lib.sh's cleanup stops the daemon; qemu-storage-daemon too.
 trap 'if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; fi; cleanup' EXIT

@@ -41,10 +41,10 @@ command -v fio >/dev/null || { echo "fio is required (apt-get install fio)"; exi
 cargo build --release --quiet
 bin=$PWD/target/release/vhost-iocost
 
-# irq_cpu FILE: the CPU that has taken the most interrupts of the request queues of the
-# disk holding FILE (virtio-blk's `virtioN-req.Q`, NVMe's `nvmeNqQ` in /proc/interrupts),
-# if this script may run there; empty if none is found (device-mapper and md devices,
-# tmpfs).
+# irq_cpu FILE: the CPU that has taken the most interrupts of any one request queue of
+# the disk holding FILE (virtio-blk's `virtioN-req.Q`, NVMe's `nvmeNqQ` in
+# /proc/interrupts), if this script may run there; empty if none is found (device-mapper
+# and md devices, /dev/root, overlay and tmpfs): the pinned rows are then skipped.
 irq_cpu() {
     local dev name cpu
     dev=$(df --output=source "$1" | tail -1)

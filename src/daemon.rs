@@ -82,7 +82,7 @@ impl Daemon {
                 .as_deref()
                 .map(crate::cpu_affinity::available)
             {
-                tracing::warn!(volume = %v.name, "cpu_affinity: {e}: its workers run where the scheduler puts them");
+                tracing::warn!(volume = %v.name, "cpu_affinity: {e}: the workers meant for it run where the scheduler puts them");
             }
             if let Err(e) = volumes.add(v, i) {
                 volumes.stop();

@@ -57,8 +57,8 @@ pub struct VolumeBackend<A: Admission> {
     stops_waiting: std::sync::atomic::AtomicU32,
     /// The workers' wake eventfds, reachable without taking their locks.
     wakes: Vec<Arc<vmm_sys_util::eventfd::EventFd>>,
-    /// Pins each worker thread to its CPU (`cpu_affinity`) at its first event: the
-    /// crate starts the threads, so they place themselves.
+    /// Pins each worker thread to its CPU (`cpu_affinity`) at its first event:
+    /// vhost-user-backend starts the threads, so they place themselves.
     placed: Vec<std::sync::Once>,
     mem: CurrentMemory,
     tokens: Tokens,

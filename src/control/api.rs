@@ -181,13 +181,14 @@ pub struct VolumeView {
     #[serde(default)]
     pub offset: u64,
     pub read_only: bool,
-    /// Virtqueues, and the worker threads serving them per connection.
+    /// Virtqueues.
     #[serde(default)]
     pub num_queues: u16,
+    /// Worker threads serving them, per connection.
     #[serde(default)]
     pub workers: u16,
-    /// The CPU each worker is pinned to, worker `t` to the `t % len`-th (`[]`: where the
-    /// scheduler puts them).
+    /// The CPUs `cpu_affinity` names, worker `t` on the `t % len`-th (`[]`: not pinned);
+    /// a worker whose CPU the daemon cannot use runs unpinned, with a warning in the log.
     #[serde(default)]
     pub cpu_affinity: Vec<u16>,
     /// Frontend connections accepted since start.

@@ -43,7 +43,7 @@ pub enum CtlCommand {
     /// Add a volume at runtime (persistently): its socket listens when this returns.
     /// Without --offset or --path the daemon allocates the first free range of the
     /// device. More keys of `[[volume]]` as KEY=VALUE (e.g. `num_queues=4`,
-    /// `'cpu_affinity=[2,3]'`, quoted for the shell).
+    /// `'cpu_affinity=[2,3]'`, quoted for the shell: a JSON list `[...]` goes as a list).
     AddVolume {
         /// The volume's name.
         name: String,
