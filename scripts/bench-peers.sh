@@ -11,7 +11,8 @@
 #     left is the servers' own work per request (and, for a server that does not poll,
 #     its wake-ups on the client's kicks);
 #   - at QD1, the daemon's worker (`cpu_affinity`) and the client pinned to the CPU taking
-#     the disk's interrupts, with poll_max = "64us", against fio pinned there too;
+#     the disk's interrupts, with poll_max = "64us", against fio pinned there too and
+#     qemu-storage-daemon placed the same way (its iothread at poll-max-ns=64000);
 # the server's CPU time per request (utime + stime from /proc) on the null paths at a
 # fixed 40,000 requests a second, server and client pinned to one CPU and to two; the
 # daemon with its default adaptive polling and with
@@ -75,12 +76,15 @@ ${3:-}"
     server_pid=$daemon_pid
 }
 
-# qsd BLOCKDEV [iothread]: qemu-storage-daemon serving BLOCKDEV, in its main loop or in
-# an iothread (which polls adaptively, poll-max-ns 32 us by default).
+# qsd BLOCKDEV [iothread [POLL_MAX_NS]]: qemu-storage-daemon serving BLOCKDEV, in its main
+# loop or in an iothread (which polls adaptively, poll-max-ns 32 us by default).
 qsd() {
     rm -f "$work/q.sock"
     local iothread=() export_opt=
-    if [ "${2:-}" = iothread ]; then iothread=(--object iothread,id=io0); export_opt=,iothread=io0; fi
+    if [ "${2:-}" = iothread ]; then
+        iothread=(--object "iothread,id=io0${3:+,poll-max-ns=$3}")
+        export_opt=,iothread=io0
+    fi
     qemu-storage-daemon "${iothread[@]}" --blockdev "$1" \
         --export "type=vhost-user-blk,id=e0,node-name=n0,addr.type=unix,addr.path=$work/q.sock,writable=on,num-queues=1$export_opt" \
         2>"$work/qsd.log" &
@@ -124,6 +128,10 @@ poll_max = "64us"' false
         daemon 'path = "disk.img"
 poll_max = "64us"' false "cpu_affinity = [$irq]"
         client_cpu=$irq measure "vhost-iocost, file, poll_max 64us, interrupt CPU" 1 "$work/v.sock"
+        stop_server
+        qsd "driver=file,node-name=n0,filename=$work/disk.img,cache.direct=on,aio=io_uring" iothread 64000
+        taskset -a -p -c "$irq" "$server_pid" >/dev/null
+        client_cpu=$irq measure "qemu-storage-daemon, file, iothread poll-max-ns 64us, interrupt CPU" 1 "$work/q.sock"
         stop_server
     fi
     qsd "driver=file,node-name=n0,filename=$work/disk.img,cache.direct=on,aio=io_uring"
@@ -195,9 +203,11 @@ print(f"file path QD1 p50 with poll_max = 64us: "
 if irq:
     pinned = best("vhost-iocost, file, poll_max 64us, interrupt CPU", 1, "p50", min)
     fio_pinned = best("fio, interrupt CPU", 1, "p50", min)
+    qsd_pinned = best("qemu-storage-daemon, file, iothread poll-max-ns 64us, interrupt CPU", 1, "p50", min)
     print(f"file path QD1 p50 with poll_max = 64us, the worker (cpu_affinity) and the client on "
           f"CPU {irq}, which takes the disk's interrupts: {pinned:.1f} us, "
-          f"{pinned - fio_pinned:+.1f} us from fio on that CPU ({fio_pinned:.1f} us)")
+          f"{pinned - fio_pinned:+.1f} us from fio on that CPU ({fio_pinned:.1f} us); "
+          f"qemu-storage-daemon placed the same way: {qsd_pinned:.1f} us, {qsd_pinned - fio_pinned:+.1f} us")
 dp = best("vhost-iocost, null, polling client", 32, "iops", max)
 for row in ["qemu-storage-daemon, null-co", "qemu-storage-daemon, null-co, iothread"]:
     qp = best(f"{row}, polling client", 32, "iops", max)
