@@ -33,7 +33,6 @@ command -v qemu-storage-daemon >/dev/null ||
 
 fill_file "$work/disk.img" 1G
 irq=$(irq_cpu "$work/disk.img")
-[ -n "$irq" ] || echo "no CPU found taking the disk's interrupts: the pinned rows are skipped"
 server_pid=
 # lib.sh's cleanup stops the daemon; qemu-storage-daemon too.
 trap 'if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; fi; cleanup' EXIT
@@ -46,10 +45,9 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 measure() {
     local row=$1 qd=$2 socket=$3
     shift 3
-    local before=0 after=0 pin=()
-    if [ -n "${client_cpu:-}" ]; then pin=(taskset -c "$client_cpu"); fi
+    local before=0 after=0
     if [ -n "$server_pid" ]; then before=$(cpu_ticks "$server_pid"); fi
-    "${pin[@]}" "$bin" bench --json --runtime "${runtime}s" --ramp "${ramp:-1s}" "$@" \
+    pin_client "$bin" bench --json --runtime "${runtime}s" --ramp "${ramp:-1s}" "$@" \
         --tenant "socket=$socket,rw=randread,bs=4k,iodepth=$qd${tenant_opt:-}" 2>/dev/null >"$work/run.json"
     if [ -n "$server_pid" ]; then after=$(cpu_ticks "$server_pid"); fi
     python3 - "$row" "$qd" "$((after - before))" "$(getconf CLK_TCK)" "$work/run.json" \

@@ -24,7 +24,6 @@ source scripts/lib.sh
 
 fill_file "$work/disk.img" 1G
 irq=$(irq_cpu "$work/disk.img")
-[ -n "$irq" ] || echo "no CPU found taking the disk's interrupts: the pinned rows are skipped"
 
 # row NAME QD: appends the JSON line of one run to results.jsonl; $trace names the trace
 # of a daemon run (empty for fio).
@@ -41,9 +40,6 @@ if trace:
 print(json.dumps(out))
 PY
 }
-
-# $client_cpu pins the client (and the fio it runs).
-pin_client() { if [ -n "${client_cpu:-}" ]; then taskset -c "$client_cpu" "$@"; else "$@"; fi; }
 
 # fio_row QD [NAME]
 fio_row() {

@@ -43,8 +43,8 @@ bin=$PWD/target/release/vhost-iocost
 
 # irq_cpu FILE: the CPU that has taken the most interrupts of any one request queue of
 # the disk holding FILE (virtio-blk's `virtioN-req.Q`, NVMe's `nvmeNqQ` in
-# /proc/interrupts), if this script may run there; empty if none is found (device-mapper
-# and md devices, /dev/root, overlay and tmpfs): the pinned rows are then skipped.
+# /proc/interrupts), if this script may run there; empty, saying so on stderr, if none is
+# found (device-mapper and md devices, /dev/root, overlay and tmpfs).
 irq_cpu() {
     local dev name cpu
     dev=$(df --output=source "$1" | tail -1)
@@ -52,16 +52,26 @@ irq_cpu() {
     if [ -e "/sys/class/block/$dev/partition" ]; then
         dev=$(basename "$(dirname "$(readlink -f "/sys/class/block/$dev")")")
     fi
-    [ -e "/sys/block/$dev/device" ] || return 0
-    name=$(basename "$(readlink -f "/sys/block/$dev/device")")
+    if [ -e "/sys/block/$dev/device" ]; then
+        name=$(basename "$(readlink -f "/sys/block/$dev/device")")
+    else
+        name="no such device"
+    fi
     # The header names the online CPUs' columns (CPU0 CPU2 ... with CPU1 offline).
     cpu=$(awk -v name="$name" 'NR == 1 { for (i = 1; i <= NF; i++) col[i] = substr($i, 4); ncpu = NF; next }
         $0 ~ (" " name "-req|" name "q[1-9]") {
             for (i = 2; i <= ncpu + 1; i++) if ($i + 0 > best) { best = $i + 0; cpu = col[i - 1] }
         }
         END { if (best > 0) print cpu }' /proc/interrupts)
-    if [ -n "$cpu" ] && taskset -c "$cpu" true 2>/dev/null; then echo "$cpu"; fi
+    if [ -n "$cpu" ] && taskset -c "$cpu" true 2>/dev/null; then
+        echo "$cpu"
+    else
+        echo "no CPU found taking the disk's interrupts: the pinned rows are skipped" >&2
+    fi
 }
+
+# pin_client CMD...: runs CMD on CPU $client_cpu if it is set (fio started by CMD too).
+pin_client() { if [ -n "${client_cpu:-}" ]; then taskset -c "$client_cpu" "$@"; else "$@"; fi; }
 
 # start_daemon CONFIG_TEXT [WRAPPER...]: runs the daemon in $work (under WRAPPER, e.g.
 # `taskset -c 1`) until it logs that it is serving; $daemon_pid is its PID.
