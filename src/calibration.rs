@@ -94,6 +94,8 @@ impl Calibration {
     /// unless the config gives `rlat`, no write signal unless it gives `wlat`.
     pub fn qos_defaults(&self, qos: &QosConfig) -> QosConfig {
         let mut q = qos.clone();
+        // The targets filled in here are derived: they protect the underserved only.
+        q.protect = Some(qos.protect());
         if q.rlat.is_none() {
             q.rpct = self.rpct;
             q.rlat = Some(self.rlat);

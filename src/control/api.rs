@@ -111,6 +111,8 @@ pub struct EffectiveQos {
     pub wlat_us: u32,
     pub min_pct: f64,
     pub max_pct: f64,
+    /// Whose latency misses lower vrate.
+    pub protect: crate::qos::Protect,
 }
 
 /// `GET /v1/device`.

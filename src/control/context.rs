@@ -333,6 +333,7 @@ impl Control {
                 wlat_us: p.wlat_us,
                 min_pct: p.min_ppm as f64 / 10_000.0,
                 max_pct: p.max_ppm as f64 / 10_000.0,
+                protect: p.protect,
             },
             vrate_pct: stats.vrate_pct,
             busy_level: stats.busy_level,

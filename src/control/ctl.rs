@@ -160,6 +160,9 @@ pub enum CtlCommand {
         /// Upper vrate bound, percent.
         #[arg(long)]
         max: Option<f64>,
+        /// Whose latency misses lower vrate: "all" or "underserved".
+        #[arg(long)]
+        protect: Option<String>,
     },
     /// Per-volume statistics (one table).
     Stats,
@@ -406,6 +409,7 @@ pub fn run(args: &CtlArgs) -> Result<(), String> {
             wlat,
             min,
             max,
+            protect,
         } => {
             let device = api.ok("GET", "/v1/device", None)?;
             let mut qos = device["qos"]["value"].clone();
@@ -426,6 +430,7 @@ pub fn run(args: &CtlArgs) -> Result<(), String> {
             set("wlat", wlat.clone().map(Value::from));
             set("min", min.map(Value::from));
             set("max", max.map(Value::from));
+            set("protect", protect.clone().map(Value::from));
             let device = if changed {
                 api.ok("PUT", "/v1/device/qos", Some(&qos))?
             } else {
@@ -635,7 +640,7 @@ pub fn format_groups(list: &GroupList) -> String {
 fn format_qos(device: &Value) -> String {
     let e = &device["effective"];
     format!(
-        "qos ({}): enable={} rpct={} rlat={}us wpct={} wlat={}us min={}% max={}%\n\
+        "qos ({}): enable={} rpct={} rlat={}us wpct={} wlat={}us min={}% max={}% protect={}\n\
          model ({}): {}\nvrate={:.1}% busy_level={} period={}us\n",
         device["qos"]["source"].as_str().unwrap_or("?"),
         e["enable"],
@@ -645,6 +650,7 @@ fn format_qos(device: &Value) -> String {
         e["wlat_us"],
         e["min_pct"],
         e["max_pct"],
+        e["protect"].as_str().unwrap_or("?"),
         device["model"]["source"].as_str().unwrap_or("?"),
         device["model"]["value"],
         device["vrate_pct"].as_f64().unwrap_or(0.0),

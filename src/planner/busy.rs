@@ -41,6 +41,9 @@ pub const BUSY_LEVEL_MAX: i32 = 1000;
 pub(crate) struct Demand {
     pub nr_shortages: u32,
     pub nr_lagging: u32,
+    /// Of those, victims (`super::victims`): the only ones whose hidden latency counts
+    /// while some volume is short.
+    pub nr_lagging_victims: u32,
     /// A foreground (not background) volume is short.
     pub foreground_short: bool,
 }
@@ -64,7 +67,7 @@ pub(crate) fn aim(ppm_thr: [u32; 2]) -> [u32; 2] {
 /// the kernel also compares a direction without a percentile (1e6 allowed) against
 /// 75 %, so writes over a write latency that is no target (calibrated defaults: `wpct
 /// = 0`) kept vrate from ever rising.
-fn clearly_met(missed_ppm: u32, thr: u32) -> bool {
+pub(crate) fn clearly_met(missed_ppm: u32, thr: u32) -> bool {
     u64::from(thr) >= MILLION
         || u64::from(missed_ppm) <= u64::from(thr) * u64::from(UNBUSY_THR_PCT) / 100
 }

@@ -72,6 +72,7 @@ pub(crate) fn classify(
             && before(vdone, vnow.wrapping_sub(ctx.period_vtime))
         {
             demand.nr_lagging += 1;
+            demand.nr_lagging_victims += u32::from(books[id].victim);
         }
 
         let mut usage_us = books[id].usage_delta_us;

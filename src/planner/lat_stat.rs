@@ -48,6 +48,12 @@ impl LatStat {
         self.missed_ppm[0] > ppm_thr[0] || self.missed_ppm[1] > ppm_thr[1]
     }
 
+    /// Misses within 75 % of the aim in every direction with a target
+    /// (`super::busy::clearly_met`); `aim` = the misses aimed at per direction.
+    pub(crate) fn clearly_met(&self, aim: [u32; 2]) -> bool {
+        (0..2).all(|rw| super::busy::clearly_met(self.missed_ppm[rw], aim[rw]))
+    }
+
     /// Nothing completed that could tell whether a target was met: no completion in any
     /// direction with a target, or none at all when neither has one.
     pub(crate) fn no_samples(&self, ppm_thr: [u32; 2]) -> bool {
@@ -104,6 +110,11 @@ impl LatCounts {
         self.met[rw] + self.missed[rw]
     }
 
+    /// Reads and writes completed.
+    pub(crate) fn done_total(&self) -> u64 {
+        self.done(0) + self.done(1)
+    }
+
     /// The saturation signals these counters give.
     pub(crate) fn stat(&self) -> LatStat {
         let missed_ppm = [0, 1].map(|rw| match self.done(rw) {
@@ -137,24 +148,40 @@ impl LatCounts {
 /// to fill that in one period is judged every period, as the kernel does.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct LatWindow {
+    /// The victims' counters ([`of_victims`]): what the window is judged by.
     counts: LatCounts,
+    /// Every volume's counters.
+    all: LatCounts,
     periods: u32,
 }
 
 /// A judged window: its signals and how many periods it spans.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Judged {
+    /// The victims' signals.
     pub stat: LatStat,
+    /// Every volume's signals.
+    pub all: LatStat,
     pub periods: u32,
 }
 
 impl LatWindow {
-    /// Adds a period's counters; returns the window's verdict when it is complete, and
-    /// starts the next window. `ppm_thr`: the misses allowed per direction, ppm (1e6 =
-    /// no target).
-    pub(crate) fn push(&mut self, period: &LatCounts, ppm_thr: [u32; 2]) -> Option<Judged> {
-        self.counts.add(period);
+    /// Adds a period's counters, the victims' and everyone's; returns the window's
+    /// verdict when it is complete, and starts the next window. `ppm_thr`: the misses
+    /// allowed per direction, ppm (1e6 = no target). A window in which only volumes that
+    /// are no victims completed anything is judged at once: nobody in it needs
+    /// protecting, and waiting for samples would only slow vrate down.
+    pub(crate) fn push(
+        &mut self,
+        victims: &LatCounts,
+        all: &LatCounts,
+        ppm_thr: [u32; 2],
+    ) -> Option<Judged> {
+        self.counts.add(victims);
+        self.all.add(all);
         self.periods += 1;
+        let unprotected = self.all.done_total() > self.counts.done_total()
+            && self.counts.stat().no_samples(ppm_thr);
         let mut targeted = false;
         let mut enough = false;
         for (rw, thr) in ppm_thr.into_iter().enumerate() {
@@ -165,15 +192,29 @@ impl LatWindow {
             targeted = true;
             enough |= self.counts.done(rw) * thr.max(1) >= WINDOW_MISSES * MILLION;
         }
-        if targeted && !enough && self.periods < MAX_WINDOW_PERIODS {
+        let all = self.all.stat();
+        // A light victim completes too few requests to tell its percentile for many
+        // periods; if everyone's completions are enough to tell and clearly meet the
+        // target on the same device, that is the verdict.
+        let all_clear = !enough && self.all_enough(ppm_thr) && all.clearly_met(ppm_thr);
+        if targeted && !enough && !unprotected && !all_clear && self.periods < MAX_WINDOW_PERIODS {
             return None;
         }
         let judged = Judged {
-            stat: self.counts.stat(),
+            stat: if all_clear { all } else { self.counts.stat() },
+            all,
             periods: self.periods,
         };
         *self = LatWindow::default();
         Some(judged)
+    }
+
+    /// Everyone's completions are enough to judge some targeted direction by.
+    fn all_enough(&self, ppm_thr: [u32; 2]) -> bool {
+        (0..2).any(|rw| {
+            let thr = u64::from(ppm_thr[rw]);
+            thr < MILLION && self.all.done(rw) * thr.max(1) >= WINDOW_MISSES * MILLION
+        })
     }
 
     /// Forgets the periods gathered so far (a volume alone on the device is not judged).
@@ -182,7 +223,8 @@ impl LatWindow {
     }
 }
 
-/// Collect and reset-by-snapshot the counters of the active volumes.
+/// Collect and reset-by-snapshot the counters of the active volumes: each volume's own
+/// period is kept in its book (for [`of_victims`]), and the device's total returned.
 pub(crate) fn collect(st: &DeviceState, books: &mut [NodeBook], elapsed_ns: u64) -> LatCounts {
     let mut c = LatCounts {
         elapsed_ns,
@@ -193,26 +235,56 @@ pub(crate) fn collect(st: &DeviceState, books: &mut [NodeBook], elapsed_ns: u64)
     // before deactivation.
     for (id, v) in st.active.iter() {
         let node = &mut books[*id];
+        let mut own = LatCounts::default();
         for rw in 0..2 {
             let m = v.lat.nr_met[rw].load(Relaxed);
             let x = v.lat.nr_missed[rw].load(Relaxed);
-            c.met[rw] += u64::from(m.wrapping_sub(node.last_met[rw]));
-            c.missed[rw] += u64::from(x.wrapping_sub(node.last_missed[rw]));
+            own.met[rw] = u64::from(m.wrapping_sub(node.last_met[rw]));
+            own.missed[rw] = u64::from(x.wrapping_sub(node.last_missed[rw]));
             node.last_met[rw] = m;
             node.last_missed[rw] = x;
             let l = v.lat.lat_sum_us[rw].load(Relaxed);
-            c.lat_sum_us[rw] += l.wrapping_sub(node.last_lat_sum_us[rw]);
+            own.lat_sum_us[rw] = l.wrapping_sub(node.last_lat_sum_us[rw]);
             node.last_lat_sum_us[rw] = l;
             let q = v.lat.lat_sq_sum[rw].load(Relaxed);
-            c.lat_sq_sum[rw] =
-                c.lat_sq_sum[rw].wrapping_add(q.wrapping_sub(node.last_lat_sq_sum[rw]));
+            own.lat_sq_sum[rw] = q.wrapping_sub(node.last_lat_sq_sum[rw]);
             node.last_lat_sq_sum[rw] = q;
         }
         let w = v.lat.rq_wait_ns.load(Relaxed);
-        c.rq_wait_ns = c
-            .rq_wait_ns
-            .saturating_add(w.wrapping_sub(node.last_rq_wait_ns));
+        own.rq_wait_ns = w.wrapping_sub(node.last_rq_wait_ns);
         node.last_rq_wait_ns = w;
+        c.add(&own);
+        node.lat_period = own;
+    }
+    c
+}
+
+/// The latency signal the controller steers by: the period's completions of the
+/// *victims* only (volumes that got less than they are entitled to, marked by the
+/// classification), with the device's slot waits and period length from `total`.
+///
+/// Throttling helps a volume only if it gets less than its share while others take more.
+/// A volume that already uses its whole share (short of budget) suffers latency that it
+/// and its equals cause with their own queues: lowering vrate would take from it exactly
+/// what it would give it. Counting its misses held eight equal QD4 readers at the lowest
+/// vrate, a quarter of what the disk gives them without QoS, whenever the target was
+/// tighter than the latency of their own combined queue.
+pub(crate) fn of_victims(st: &DeviceState, books: &[NodeBook], total: &LatCounts) -> LatCounts {
+    let mut c = LatCounts {
+        rq_wait_ns: total.rq_wait_ns,
+        elapsed_ns: total.elapsed_ns,
+        ..LatCounts::default()
+    };
+    for (id, _) in st.active.iter() {
+        let book = &books[*id];
+        if book.victim {
+            let own = LatCounts {
+                rq_wait_ns: 0,
+                elapsed_ns: 0,
+                ..book.lat_period
+            };
+            c.add(&own);
+        }
     }
     c
 }
@@ -246,18 +318,41 @@ mod tests {
 
     const P90_READS: [u32; 2] = [100_000, MILLION as u32];
 
+    /// A period in which every volume is a victim.
+    fn push_all(w: &mut LatWindow, p: LatCounts, thr: [u32; 2]) -> Option<Judged> {
+        w.push(&p, &p, thr)
+    }
+
+    #[test]
+    fn a_window_without_victims_or_with_others_clearly_met_is_judged_at_once() {
+        let mut w = LatWindow::default();
+        // Only volumes that are no victims completed: nobody to protect.
+        let j = w.push(&LatCounts::default(), &period(30, 20, 900), P90_READS);
+        let j = j.unwrap();
+        assert_eq!((j.periods, j.stat.done, j.all.done), (1, [0, 0], [30, 0]));
+        // A light victim's 3 reads beside 60 of others, all clearly within the target:
+        // judged by everyone's.
+        let j = w.push(&period(3, 0, 200), &period(63, 0, 200), P90_READS);
+        assert_eq!(j.unwrap().stat.done, [63, 0]);
+        // The same with others missing: wait for the victim's own samples.
+        assert_eq!(
+            w.push(&period(3, 0, 200), &period(63, 30, 900), P90_READS),
+            None
+        );
+    }
+
     #[test]
     fn a_window_is_judged_once_it_holds_two_misses_worth_of_completions() {
         let mut w = LatWindow::default();
         // p90: 20 reads. Three periods of 8 reads, one missed in the first.
-        assert_eq!(w.push(&period(8, 1, 300), P90_READS), None);
-        assert_eq!(w.push(&period(8, 0, 200), P90_READS), None);
-        let j = w.push(&period(8, 0, 200), P90_READS).unwrap();
+        assert_eq!(push_all(&mut w, period(8, 1, 300), P90_READS), None);
+        assert_eq!(push_all(&mut w, period(8, 0, 200), P90_READS), None);
+        let j = push_all(&mut w, period(8, 0, 200), P90_READS).unwrap();
         assert_eq!(j.periods, 3);
         assert_eq!(j.stat.done, [24, 0]);
         assert_eq!(j.stat.missed_ppm, [41_667, 0]);
         // The next window starts empty; a busy period is judged on its own.
-        let j = w.push(&period(40, 8, 900), P90_READS).unwrap();
+        let j = push_all(&mut w, period(40, 8, 900), P90_READS).unwrap();
         assert_eq!((j.periods, j.stat.missed_ppm[0]), (1, 200_000));
     }
 
@@ -265,9 +360,9 @@ mod tests {
     fn a_window_is_judged_after_at_most_sixteen_periods() {
         let mut w = LatWindow::default();
         for _ in 1..MAX_WINDOW_PERIODS {
-            assert_eq!(w.push(&period(1, 0, 200), P90_READS), None);
+            assert_eq!(push_all(&mut w, period(1, 0, 200), P90_READS), None);
         }
-        let j = w.push(&period(0, 0, 0), P90_READS).unwrap();
+        let j = push_all(&mut w, period(0, 0, 0), P90_READS).unwrap();
         assert_eq!((j.periods, j.stat.done[0]), (MAX_WINDOW_PERIODS, 15));
     }
 
@@ -275,8 +370,11 @@ mod tests {
     fn without_a_latency_target_every_period_is_judged() {
         let mut w = LatWindow::default();
         let none = [MILLION as u32; 2];
-        assert_eq!(w.push(&period(1, 1, 200), none).unwrap().periods, 1);
-        assert!(w.push(&LatCounts::default(), none).is_some());
+        assert_eq!(
+            push_all(&mut w, period(1, 1, 200), none).unwrap().periods,
+            1
+        );
+        assert!(push_all(&mut w, LatCounts::default(), none).is_some());
     }
 
     #[test]

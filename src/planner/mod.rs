@@ -39,6 +39,7 @@ pub(crate) mod latency_class;
 pub(crate) mod latency_floor;
 mod state;
 pub(crate) mod usage;
+pub(crate) mod victims;
 pub(crate) mod vrate;
 
 #[cfg(test)]
@@ -51,7 +52,7 @@ use crate::qos::device::DeviceShared;
 use crate::qos::stats::PeriodRecord;
 use crate::qos::vclock::Now;
 use crate::qos::volume::rate_to_ppm;
-use crate::qos::QosDevice;
+use crate::qos::{Protect, QosDevice};
 use crate::vtime::MILLION;
 use lat_stat::LatStat;
 pub(crate) use state::{NodeBook, PlannerState};
@@ -142,6 +143,7 @@ fn plan(dev: &DeviceShared, ps: &mut PlannerState) -> u64 {
     }
     idle::deactivate_idle(dev, st, &ctx);
     usage::flush(st, ps.books(st.tree.nodes.len()), elapsed_ns);
+    victims::mark(dev, st, ps.books(st.tree.nodes.len()), &ctx);
     if st.group_reserves {
         // Members came and went: split the groups' reservations again (design §14).
         dev.apply_reservations(st);
@@ -154,6 +156,12 @@ fn plan(dev: &DeviceShared, ps: &mut PlannerState) -> u64 {
     ps.vrate_ceiling
         .update(verdict, st.vtime_base_rate, now.now_ns, cfg_id);
     let (demand, _usage_us_sum) = classify::classify(dev, st, ps, &ctx);
+    let underserved_only = params.protect == Protect::Underserved;
+    let protected = if underserved_only {
+        lat_stat::of_victims(st, ps.books(st.tree.nodes.len()), &period_lat)
+    } else {
+        period_lat
+    };
     let nr_donors = ps.scratch.surpluses.len() as u32;
     if nr_donors > 0 && demand.nr_shortages > 0 {
         donation::transfer_surpluses(st, ps, now.vnow);
@@ -188,8 +196,20 @@ fn plan(dev: &DeviceShared, ps: &mut PlannerState) -> u64 {
         }
         ps.lat_window.reset();
         (lat, trend, missed_at_min) = (period_lat.stat(), latency_floor::LatencyTrend::Clear, 0);
-    } else if let Some(judged) = ps.lat_window.push(&period_lat, busy::aim(ctx.ppm_thr)) {
-        lat = judged.stat;
+    } else if let Some(judged) = ps
+        .lat_window
+        .push(&protected, &period_lat, busy::aim(ctx.ppm_thr))
+    {
+        // While some volume is short of budget, lowering vrate takes from it: only the
+        // victims' latency counts (`victims`). While nobody is, the device rather than
+        // the budgets decides who is served, and everyone's latency counts.
+        let mut steering = demand;
+        lat = if underserved_only && demand.nr_shortages > 0 {
+            steering.nr_lagging = demand.nr_lagging_victims;
+            judged.stat
+        } else {
+            judged.all
+        };
         judged_periods = judged.periods;
         let targets_us = [params.rlat_us, params.wlat_us];
         trend = ps.lat_floors.observe(
@@ -199,8 +219,19 @@ fn plan(dev: &DeviceShared, ps: &mut PlannerState) -> u64 {
             targets_us,
             now.now_ns,
         );
-        st.busy_level =
-            busy::next_busy_level(st.busy_level, &lat, trend, &demand, busy::aim(ctx.ppm_thr));
+        if underserved_only && judged.all.missed_target(busy::aim(ctx.ppm_thr)) {
+            // Volumes that are no victims miss more than the aim: their misses do not
+            // lower vrate, but raising it would only deepen their queues and, with
+            // unequal weights, let the device rather than the budgets decide the split.
+            trend = latency_floor::LatencyTrend::Rising;
+        }
+        st.busy_level = busy::next_busy_level(
+            st.busy_level,
+            &lat,
+            trend,
+            &steering,
+            busy::aim(ctx.ppm_thr),
+        );
         // The latency class (design §15): a volume missing its own target on the device
         // counts as a miss; one above its margin keeps vrate from rising.
         let class = ps.latency_class;
@@ -212,14 +243,16 @@ fn plan(dev: &DeviceShared, ps: &mut PlannerState) -> u64 {
         }
         if lat.grossly_missed(ctx.ppm_thr, targets_us) {
             ps.gross_streak = ps.gross_streak.saturating_add(1);
-        } else if !lat.no_samples(ctx.ppm_thr) {
+        } else if !lat.no_samples(ctx.ppm_thr) || judged.all.nr_done > judged.stat.nr_done {
+            // A window whose completions were all of volumes that are no victims has
+            // nobody to protect: the streak ends as after a met window.
             ps.gross_streak = 0;
         }
         vrate::adjust_base_vrate(
             dev,
             st,
             ps.gross_streak,
-            demand.nr_lagging,
+            steering.nr_lagging,
             ps.vrate_ceiling.limit(),
         );
         let missed = lat.missed_target(ctx.ppm_thr);

@@ -4,7 +4,7 @@
 
 use crate::qos::tree::NodeId;
 
-use super::lat_stat::LatWindow;
+use super::lat_stat::{LatCounts, LatWindow};
 use super::latency_floor::LatFloors;
 
 #[derive(Debug, Default)]
@@ -63,6 +63,15 @@ pub(crate) struct NodeBook {
     pub last_rq_wait_ns: u64,
     pub last_lat_sum_us: [u64; 2],
     pub last_lat_sq_sum: [u64; 2],
+    /// This period's latency counters of the volume alone.
+    pub lat_period: LatCounts,
+    /// This period's usage in absolute cost (model time at 100 %).
+    pub usage_delta_abs: u64,
+    /// Set by the classification: the volume gets less than it is entitled to, so its
+    /// latency misses are a reason to throttle the others (see `lat_stat::of_victims`).
+    pub victim: bool,
+    /// Its recent share of the device's service (see `victims`).
+    pub service: super::victims::Service,
     // --- donation (design §6.5), valid during one planner run ---
     pub hweight_donating: u32,
     pub hweight_after: u32,

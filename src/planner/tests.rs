@@ -466,3 +466,108 @@ fn snapback_takes_donated_weight_back_on_the_issue_path() {
     );
     assert_eq!(sa.hweight_inuse_raw, sa.hweight_active_raw);
 }
+
+/// A neighbour that takes its whole budget at once, its requests served at once: it is
+/// short of budget, and a volume beside it that uses little is underserved.
+fn aggress(neighbour: &VolumeQos, clock: &ManualClock) {
+    for _ in 0..10_000 {
+        let Decision::Go(c) = neighbour.admit(&io_us(25)) else {
+            return;
+        };
+        let t = clock.now_ns();
+        neighbour.complete(&c, t, t, t);
+    }
+    panic!("the neighbour was never throttled");
+}
+
+fn underserved_only() -> QosConfig {
+    QosConfig {
+        protect: Some(crate::qos::Protect::Underserved),
+        ..qos_10ms()
+    }
+}
+
+/// `protect = "underserved"` (design §5.10): two equal volumes, both short of budget and
+/// both missing their target, are served alike, so neither is underserved and lowering
+/// vrate would only take from them what it gives them: vrate holds. With `"all"`, the
+/// same periods lower it as in Linux.
+#[test]
+fn equal_volumes_missing_together_do_not_lower_vrate_when_only_the_underserved_count() {
+    for (qos, falls) in [(underserved_only(), false), (qos_10ms(), true)] {
+        let (dev, clock) = device(&qos);
+        let a = dev.add_volume("a", None, 100).unwrap();
+        let b = dev.add_volume("b", None, 100).unwrap();
+        let start = dev.vrate_ppm();
+        for _ in 0..20 {
+            for _ in 0..10 {
+                // In turns, so that neither is ever alone; until both are throttled.
+                let mut going = [true, true];
+                for _ in 0..10_000 {
+                    for (i, v) in [&a, &b].into_iter().enumerate() {
+                        going[i] = match v.admit(&io_us(25)) {
+                            Decision::Go(c) => {
+                                let t = clock.now_ns();
+                                v.complete(&c, t, t, t + 6_000_000);
+                                true
+                            }
+                            Decision::Wait { .. } => false,
+                        };
+                    }
+                    if going == [false, false] {
+                        break;
+                    }
+                }
+                clock.advance(dev.period_ns() / 10);
+            }
+            dev.plan();
+            let rec = dev.last_period();
+            assert!(rec.nr_shortages == 2, "{rec:?}");
+        }
+        let end = dev.vrate_ppm();
+        assert_eq!(
+            end < start,
+            falls,
+            "{:?}: vrate {start} -> {end}",
+            qos.protect
+        );
+        if !falls {
+            assert_eq!(end, start);
+        }
+    }
+}
+
+/// `protect = "underserved"`: a light reader whose reads miss beside a neighbour that
+/// takes its whole share is underserved, and its misses lower vrate at once.
+#[test]
+fn an_underserved_volume_missing_its_target_lowers_vrate() {
+    let (dev, clock) = device(&underserved_only());
+    let v = dev.add_volume("v", None, 100).unwrap();
+    let n = dev.add_volume("neighbour", None, 100).unwrap();
+    let read = IoRequest {
+        kind: IoKind::Read,
+        offset: 0,
+        len: 10,
+    };
+    let mut vrates = vec![dev.vrate_ppm()];
+    for _ in 0..6 {
+        for _ in 0..100 {
+            if let Decision::Go(c) = v.admit(&read) {
+                let t = clock.now_ns();
+                v.complete(&c, t, t, t + 6_000_000);
+            }
+        }
+        // After v: a volume alone on the device is never throttled.
+        aggress(&n, &clock);
+        clock.advance(dev.period_ns());
+        dev.plan();
+        let rec = dev.last_period();
+        assert!(
+            rec.missed_ppm[0] > 500_000 && rec.nr_shortages >= 1,
+            "{rec:?}"
+        );
+        vrates.push(dev.vrate_ppm());
+    }
+    for w in vrates.windows(2) {
+        assert!(w[1] < w[0], "{vrates:?}");
+    }
+}

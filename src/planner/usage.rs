@@ -20,7 +20,8 @@ pub(crate) fn flush(st: &mut DeviceState, books: &mut [NodeBook], elapsed_ns: u6
         let id = *id;
         let book = &mut books[id];
         let abs = v.abs_vusage.load(Relaxed);
-        let usage_us = abs.wrapping_sub(book.last_abs_vusage) / base;
+        book.usage_delta_abs = abs.wrapping_sub(book.last_abs_vusage);
+        let usage_us = book.usage_delta_abs / base;
         book.last_abs_vusage = abs;
         book.usage_delta_us = usage_us;
         let ppm = (usage_us.saturating_mul(1_000_000) / elapsed_us).min(u64::from(u32::MAX));

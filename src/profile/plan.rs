@@ -258,6 +258,12 @@ impl Profile {
         let _ = writeln!(out, "wlat = \"{}\"", q.wlat.unwrap_or(rlat));
         let _ = writeln!(out, "min = {:.1}", q.min);
         let _ = writeln!(out, "max = {:.1}", q.max);
+        let _ = writeln!(
+            out,
+            "# a derived target: only volumes served below their share lower vrate \
+             (\"all\" makes it bind every volume; README: How QoS works)"
+        );
+        let _ = writeln!(out, "protect = \"underserved\"");
         out
     }
 }

@@ -41,9 +41,11 @@ pub const WRITER_KEEPS: f64 = 0.50;
 /// [`PERCENTILES`]; anything else means p95).
 pub fn suggest_qos(p: &Profile, percentile: f64) -> QosConfig {
     let (rpct, rlat) = target(p.read_latency_us, percentile);
+    // A derived target, like calibration's: it protects the underserved only.
     let mut q = QosConfig {
         rpct,
         rlat: Some(DurationUs(rlat)),
+        protect: Some(crate::qos::Protect::Underserved),
         ..QosConfig::default()
     };
     without_write_signal(&mut q);

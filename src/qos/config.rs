@@ -9,10 +9,14 @@
 //! wlat = "1ms"
 //! min = 25.0        # vrate bounds in percent of the cost model's speed
 //! max = 400.0
+//! protect = "all"   # whose misses lower vrate: "all" or "underserved" (design §5.10)
 //! ```
 //!
 //! Defaults: enabled, p95 targets for reads and writes, latency targets from the cost
 //! model's preset (HDD 250 ms, SSD 25 ms, fast SSD 5 ms), vrate within 25 %..400 %.
+//! `protect` is `"underserved"` when neither `rlat` nor `wlat` is given (the targets are
+//! derived, nobody asked for them) and `"all"` when one is (the operator's target binds
+//! the whole device, as in Linux).
 //!
 //! Deviation from the kernel defaults (rpct = wpct = 0, min = 1 %, max = 10 000 %): the
 //! daemon's device queue is deep (`device.queue_depth`, 256 by default), so requests
@@ -48,6 +52,35 @@ pub struct QosConfig {
     pub min: f64,
     /// Upper vrate bound, percent (1..=10000).
     pub max: f64,
+    /// Whose latency misses lower vrate; see [`Protect`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protect: Option<Protect>,
+}
+
+/// Whose latency misses lower vrate (design §5.10).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protect {
+    /// Every volume's: the device's target binds everyone, as in Linux. Equal tenants
+    /// are throttled until their own combined queue meets it.
+    All,
+    /// Only volumes served well below their share (or their reservation): lowering
+    /// vrate must give the device to someone who gets less than others. Equal tenants'
+    /// misses only keep vrate from rising.
+    Underserved,
+}
+
+impl QosConfig {
+    /// The `protect` in force: as given, else `Underserved` when neither latency target
+    /// is given (derived targets), else `All`.
+    pub fn protect(&self) -> Protect {
+        self.protect
+            .unwrap_or(if self.rlat.is_none() && self.wlat.is_none() {
+                Protect::Underserved
+            } else {
+                Protect::All
+            })
+    }
 }
 
 impl Default for QosConfig {
@@ -60,6 +93,7 @@ impl Default for QosConfig {
             wlat: None,
             min: 25.0,
             max: 400.0,
+            protect: None,
         }
     }
 }
@@ -128,6 +162,18 @@ mod tests {
         c.validate().unwrap();
         let back = parse(&toml::to_string(&c).unwrap()).unwrap();
         assert_eq!(back, c);
+    }
+
+    #[test]
+    fn protect_defaults_by_whether_a_target_is_given() {
+        assert_eq!(parse("").unwrap().protect(), Protect::Underserved);
+        assert_eq!(parse("rlat = \"1ms\"").unwrap().protect(), Protect::All);
+        assert_eq!(parse("wlat = 900").unwrap().protect(), Protect::All);
+        let own = parse("rlat = \"1ms\"\nprotect = \"underserved\"").unwrap();
+        assert_eq!(own.protect(), Protect::Underserved);
+        assert_eq!(parse("protect = \"all\"").unwrap().protect(), Protect::All);
+        let e = parse("protect = \"some\"").unwrap_err();
+        assert!(e.contains("protect") || e.contains("all"), "{e}");
     }
 
     #[test]

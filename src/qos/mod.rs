@@ -97,7 +97,7 @@ pub use crate::cost_model::{CostModel, IoKind};
 pub use caps::{CapMeter, CapsConfig, OpCapsConfig};
 pub use class::{Class, GroupPolicy, LatencyTarget, ServiceChange, VolumePolicy};
 pub use clock::{Clock, ManualClock, MonotonicClock};
-pub use config::QosConfig;
+pub use config::{Protect, QosConfig};
 pub use device::{NodeInfo, QosDevice};
 pub use error::QosError;
 pub use params::QosParams;

@@ -17,7 +17,7 @@
 
 use crate::vtime::{cdiv, MILLION, VTIME_PER_USEC};
 
-use super::config::QosConfig;
+use super::config::{Protect, QosConfig};
 
 /// Shortest planning period, µs.
 pub const MIN_PERIOD_US: u64 = 10_000;
@@ -71,6 +71,8 @@ pub struct QosParams {
     pub period_us: u64,
     /// Wait-timer slack, ns.
     pub timer_slack_ns: u64,
+    /// Whose latency misses lower vrate.
+    pub protect: Protect,
 }
 
 fn pct_to_ppm(pct: f64) -> u64 {
@@ -118,6 +120,7 @@ impl QosParams {
             max_ppm,
             period_us,
             timer_slack_ns: period_us * 1000 * TIMER_SLACK_PCT / 100,
+            protect: cfg.protect(),
         }
     }
 

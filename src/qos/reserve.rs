@@ -208,6 +208,13 @@ impl ReserveBudget {
         }
     }
 
+    /// Whether `used` (absolute cost served over the last `elapsed_ns`) fell short of
+    /// the reservation; false without one.
+    pub(crate) fn unmet(&self, used: u64, elapsed_ns: u64) -> bool {
+        let share = self.share_ppm.load(Relaxed);
+        share != 0 && i64::try_from(used).unwrap_or(i64::MAX) < full_budget(share, elapsed_ns)
+    }
+
     /// Try to admit a request of absolute cost `abs` on the reservation: Ok on success
     /// (charged), else the time at which the budget will hold it (None: no reservation).
     pub(crate) fn take(&self, abs: u64, now_ns: u64, period_ns: u64) -> Result<(), Option<u64>> {

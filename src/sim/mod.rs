@@ -19,6 +19,8 @@ pub(crate) mod workload;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod underserved_tests;
 
 use std::path::Path;
 

@@ -14,7 +14,7 @@ use std::path::Path;
 use super::*;
 
 const MS: u64 = 1_000_000;
-const SEC: u64 = 1_000_000_000;
+pub(super) const SEC: u64 = 1_000_000_000;
 
 /// The shared device and QoS sections; `qos_extra` is appended to `[device.qos]`.
 fn base(duration: &str, warmup: &str, qos_extra: &str) -> String {
@@ -37,7 +37,7 @@ slots = 64
     )
 }
 
-fn run_toml(text: &str) -> SimResult {
+pub(super) fn run_toml(text: &str) -> SimResult {
     match run_str(text) {
         Ok(r) => r,
         Err(e) => panic!("scenario failed: {e}\n{text}"),
@@ -53,7 +53,7 @@ fn assert_share(r: &SimResult, vol: &str, want: f64, tol: f64, from: u64, to: u6
     );
 }
 
-fn volumes(spec: &[(&str, u32)]) -> String {
+pub(super) fn volumes(spec: &[(&str, u32)]) -> String {
     spec.iter()
         .map(|(n, w)| format!("[[volume]]\nname = \"{n}\"\nweight = {w}\n"))
         .collect()
@@ -71,7 +71,7 @@ fn device_pct(r: &SimResult, vol: &str, from_ns: u64, to_ns: u64) -> f64 {
     r.utilisation(from_ns, to_ns) * r.share(vol, from_ns, to_ns) / 100.0
 }
 
-fn saturating(vol: &str, depth: u32, bs: &str, read_pct: f64, pattern: &str) -> String {
+pub(super) fn saturating(vol: &str, depth: u32, bs: &str, read_pct: f64, pattern: &str) -> String {
     format!(
         "[[workload]]\nvolume = \"{vol}\"\ndepth = {depth}\nbs = \"{bs}\"\nread_pct = {read_pct}\npattern = \"{pattern}\"\n"
     )
@@ -441,15 +441,13 @@ fn bad_scenarios_are_errors_not_panics() {
     assert!(e.to_string().contains("weight"), "{e}");
 }
 
-/// The stacking scenario of the emulated-device acceptance test
-/// (`tests/integration/emulated.rs`): four QD1 4 KiB readers at 500 IOPS each beside a
-/// 1 MiB QD8 sequential writer, on the emulated slow device with the targets calibration
-/// gives it (p90 375 µs reads, no write target).
-fn stacking_scenario(extra_qos: &str) -> String {
-    let mut s = format!(
+/// The emulated slow device with the targets calibration derives for it (p90 375 µs
+/// reads, no write target); `qos_extra` is appended to `[device.qos]`.
+pub(super) fn slow_device(duration: &str, warmup: &str, qos_extra: &str) -> String {
+    format!(
         r#"
-duration = "8s"
-warmup = "2s"
+duration = "{duration}"
+warmup = "{warmup}"
 [device.model]
 {model}
 [device.qos]
@@ -457,14 +455,22 @@ rpct = 90.0
 rlat = "375us"
 wpct = 0.0
 wlat = "375us"
-{extra_qos}
+{qos_extra}
 [disk]
 channels = 4
 slots = 256
 base_latency = "50us"
 "#,
         model = include_str!("../../configs/emulated/slow-ssd.toml"),
-    );
+    )
+}
+
+/// The stacking scenario of the emulated-device acceptance test
+/// (`tests/integration/emulated.rs`): four QD1 4 KiB readers at 500 IOPS each beside a
+/// 1 MiB QD8 sequential writer, on the emulated slow device with the targets calibration
+/// gives it (p90 375 µs reads, no write target).
+fn stacking_scenario(extra_qos: &str) -> String {
+    let mut s = slow_device("8s", "2s", extra_qos);
     s += &volumes(&[
         ("r0", 100),
         ("r1", 100),
@@ -585,9 +591,10 @@ fn a_qd1_reader_beside_a_large_writer_keeps_most_of_its_solo_iops() {
 /// Why the suggested floor is 25 % and not 60 %: where writes cost the device 3× what the
 /// model says (as on a disk whose writes hurt reads more than their own cost shows), the
 /// controller must throttle the writer far below the model's speed. With `min = 60` it
-/// cannot, and the reader gets nothing; with 25 it keeps a third of its solo IOPS.
-/// (Measured: 0.37 and 0.00. The latency target, not the floor, limits it further:
-/// `min = 10` gives 0.35.)
+/// cannot, and the reader gets nothing; with 25 it keeps over a quarter of its solo IOPS.
+/// (Measured: 0.27 and 0.00. The suggestion's `protect = "underserved"` counts the
+/// reader's misses only while it is served below its share, and service is priced by the
+/// model, which here underprices writes 3×: with `protect = "all"` the reader keeps 0.37.)
 #[test]
 fn a_vrate_floor_of_60_starves_a_reader_where_writes_cost_more_than_modelled() {
     let costly_writes = SLOW_SSD
@@ -602,7 +609,7 @@ fn a_vrate_floor_of_60_starves_a_reader_where_writes_cost_more_than_modelled() {
     assert_ne!(floor_60, suggested);
     let (r25, _) = reader_beside_writer(&suggested, &costly_writes);
     let (r60, w60) = reader_beside_writer(&floor_60, &costly_writes);
-    assert!(r25 >= 0.30, "min = 25: reader {r25:.2} of solo");
+    assert!(r25 >= 0.25, "min = 25: reader {r25:.2} of solo");
     assert!(
         r60 < 0.10 && w60 > 0.9,
         "min = 60: reader {r60:.2}, writer {w60:.2}"

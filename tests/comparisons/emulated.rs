@@ -272,3 +272,56 @@ fn stacking_under_steady_contention_the_writer_is_steady_and_the_target_holds() 
             .ok_or(summary)
     });
 }
+
+/// Many equal tenants are not throttled for nothing: 8 and 32 equal volumes, each a QD4
+/// 4 KiB random reader, on the defaults (calibrated model, derived read target, so
+/// `protect = "underserved"`) get together at least 0.9 × what they get with QoS off,
+/// each within ±10 % of their mean. Their queue, 32 or 128 reads deep, misses the
+/// derived target whatever vrate does; those misses are their own and nobody is served
+/// below their share, so they do not lower vrate (design §5.10).
+#[test]
+fn many_equal_tenants_get_what_qos_off_gives_them() {
+    for tenants in [8, 32] {
+        measure(&format!("{tenants} equal tenants"), || {
+            let names: Vec<String> = (0..tenants).map(|i| format!("v{i}")).collect();
+            let volumes: String = names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| volume(n, i as u64, 1, ""))
+                .collect();
+            let run = |qos: &str| {
+                let d = DaemonProcess::start(&config(
+                    &format!("{SLOW_DEVICE}{qos}{DEFAULTS}"),
+                    &volumes,
+                ));
+                let specs: Vec<TenantSpec> = names.iter().map(|n| reader(&d, n, 4, 5)).collect();
+                let r = loadgen::run(&specs).unwrap();
+                assert!(r.iter().all(|t| t.errors == 0), "{r:?}");
+                r.iter().map(|t| t.iops).collect::<Vec<f64>>()
+            };
+            let off = run("[device.qos]\nenable = false\n");
+            let on = run("");
+            let (sum_on, sum_off) = (on.iter().sum::<f64>(), off.iter().sum::<f64>());
+            let mean = sum_on / on.len() as f64;
+            let spread = on
+                .iter()
+                .map(|x| (x / mean - 1.0).abs())
+                .fold(0.0, f64::max);
+            eprintln!(
+                "{tenants} equal tenants: QoS off {sum_off:.0} IOPS, defaults {sum_on:.0} \
+                 ({:.3}), widest from the mean {:.1} %",
+                sum_on / sum_off,
+                spread * 100.0
+            );
+            if sum_on < 0.9 * sum_off {
+                return Err(format!(
+                    "{sum_on:.0} IOPS against {sum_off:.0} with QoS off"
+                ));
+            }
+            (spread <= 0.10).then_some(()).ok_or(format!(
+                "a tenant {:.1} % from the mean: {on:?}",
+                spread * 100.0
+            ))
+        });
+    }
+}

@@ -80,6 +80,7 @@ fn every_endpoint_answers_and_refuses_bad_input() {
     assert_eq!(dev["model"]["source"], "config");
     assert_eq!(dev["model"]["value"]["preset"], "ssd");
     assert_eq!(dev["effective"]["min_pct"], 25.0);
+    assert_eq!(dev["effective"]["protect"], "underserved");
     assert!(dev["period_us"].as_u64().unwrap() > 0);
     assert!(dev["vrate_pct"].as_f64().unwrap() > 0.0);
     assert!(dev["busy_level"].is_i64());
@@ -94,6 +95,8 @@ fn every_endpoint_answers_and_refuses_bad_input() {
     assert_eq!(dev["effective"]["rlat_us"], 5000);
     assert_eq!(dev["effective"]["wlat_us"], 10000);
     assert_eq!(dev["effective"]["max_pct"], 150.0);
+    // An operator's own target binds every volume, unless `protect` says otherwise.
+    assert_eq!(dev["effective"]["protect"], "all");
     // p95 of a 10 ms target: a 20 ms period, in effect at once.
     assert_eq!(dev["period_us"], 20_000);
     let vrate = dev["vrate_pct"].as_f64().unwrap();
@@ -108,6 +111,13 @@ fn every_endpoint_answers_and_refuses_bad_input() {
     bad(&d, "PUT", "/v1/device/qos", json!({"rlat": -5}), "rlat");
     bad(&d, "PUT", "/v1/device/qos", json!({"rlat": "-5ms"}), "rlat");
     bad(&d, "PUT", "/v1/device/qos", json!({"rpct": 101}), "rpct");
+    bad(
+        &d,
+        "PUT",
+        "/v1/device/qos",
+        json!({"protect": "some"}),
+        "protect",
+    );
     bad(
         &d,
         "PUT",

@@ -1,0 +1,149 @@
+//! Whose latency misses are a reason to throttle (design §5.10).
+//!
+//! Lowering vrate shrinks every volume's budget alike; it helps a volume only if others
+//! take more of the device than they are entitled to. So the latency signal that steers
+//! vrate ([`super::lat_stat::of_victims`]) counts the completions of *victims* only:
+//!
+//! * a volume whose share of the device's service (its usage over all foreground
+//!   volumes' usage, averaged over about [`SMOOTHING`] periods) is below its entitled
+//!   share (its `hweight_active` over theirs) by more than chance explains: at least
+//!   [`MIN_DEFICIT`], and at least [`DEFICIT_SE`] relative standard errors of its
+//!   completion count. A paced or shallow reader beside a writer is one; so is the
+//!   heavier of two weighted volumes once vrate is too high for the weights to hold;
+//! * a volume served less than its reservation (design §14).
+//!
+//! Tenants served in proportion to their weights are no victims, so their misses, which
+//! their own combined queue causes, do not hold vrate down: counting them kept eight
+//! equal QD4 readers at the lowest vrate, a quarter of what the disk gives them without
+//! QoS, whenever the read target was tighter than that queue's latency. Background
+//! volumes are neither victims (their latency is nobody's target) nor counted in the
+//! shares (they fill what the foreground leaves).
+
+use std::sync::atomic::Ordering::{Acquire, Relaxed};
+
+use crate::qos::device::{DeviceShared, DeviceState};
+
+use super::{NodeBook, PeriodCtx};
+
+/// The service share and completion count are averaged over about this many periods.
+pub const SMOOTHING: f64 = 64.0;
+/// A deficit smaller than this fraction of the entitled share is no victim's.
+pub const MIN_DEFICIT: f64 = 0.01;
+/// A deficit must exceed this many relative standard errors (1/√n for n completions).
+pub const DEFICIT_SE: f64 = 2.0;
+
+/// Mark the active volumes' books as victims or not, from this period's usage
+/// (`usage::flush` and `lat_stat::collect` must have run).
+pub(crate) fn mark(dev: &DeviceShared, st: &DeviceState, books: &mut [NodeBook], ctx: &PeriodCtx) {
+    let gen = dev.hweight_gen.load(Acquire);
+    let elapsed_ns = ctx.now.now_ns.saturating_sub(ctx.period_at_ns).max(1);
+    let (mut usage_sum, mut hwa_sum) = (0u64, 0u64);
+    for (id, v) in st.active.iter() {
+        if !v.background.load(Relaxed) {
+            usage_sum = usage_sum.saturating_add(books[*id].usage_delta_abs);
+            hwa_sum += u64::from(v.hweights(gen).0);
+        }
+    }
+    for (id, v) in st.active.iter() {
+        let book = &mut books[*id];
+        if v.background.load(Relaxed) {
+            book.victim = false;
+            continue;
+        }
+        let share = book.usage_delta_abs as f64 / usage_sum.max(1) as f64;
+        let done = book.lat_period.done_total() as f64;
+        let fresh = st.tree.nodes[*id].activated_at_ns >= ctx.period_at_ns;
+        if fresh {
+            book.service = Service::default();
+        }
+        book.service = book.service.blend(share, done);
+        let entitled = f64::from(v.hweights(gen).0) / hwa_sum.max(1) as f64;
+        book.victim =
+            book.service.short_of(entitled) || v.reserve.unmet(book.usage_delta_abs, elapsed_ns);
+    }
+}
+
+/// A volume's recent share of the foreground's service and completions per period.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct Service {
+    share: f64,
+    done: f64,
+    /// Periods averaged, up to [`SMOOTHING`].
+    periods: f64,
+}
+
+impl Service {
+    /// Adds a period: a plain mean until [`SMOOTHING`] periods are in, then an
+    /// exponential average over about that many.
+    fn blend(self, share: f64, done: f64) -> Service {
+        let periods = (self.periods + 1.0).min(SMOOTHING);
+        let keep = (periods - 1.0) / periods;
+        Service {
+            share: self.share * keep + share / periods,
+            done: self.done * keep + done / periods,
+            periods,
+        }
+    }
+
+    /// Served below `entitled` by more than chance explains.
+    fn short_of(self, entitled: f64) -> bool {
+        let samples = self.done * self.periods;
+        if samples < 1.0 {
+            return false;
+        }
+        // The share's relative standard error: binomial, √((1 − p) / n).
+        let se = ((1.0 - self.share.min(1.0)) / samples).sqrt();
+        let deficit = MIN_DEFICIT.max(DEFICIT_SE * se);
+        self.share < entitled * (1.0 - deficit)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn steady(share: f64, done: f64) -> Service {
+        Service {
+            share,
+            done,
+            periods: SMOOTHING,
+        }
+    }
+
+    #[test]
+    fn tenants_served_by_their_weights_are_no_victims() {
+        // Eight equal tenants, each a few reads a period: noise is no deficit.
+        assert!(!steady(0.115, 6.0).short_of(0.125));
+        assert!(!steady(0.125, 200.0).short_of(0.125));
+        // Weights 1:3 served 1:3.
+        assert!(!steady(0.75, 1000.0).short_of(0.75));
+        assert!(!steady(0.25, 300.0).short_of(0.25));
+    }
+
+    #[test]
+    fn a_volume_served_well_below_its_share_is_a_victim() {
+        // A paced reader beside a writer: 3 % of the service, entitled to 20 %.
+        assert!(steady(0.03, 5.0).short_of(0.2));
+        // Weights 1:3 served 1:2.2: the heavy one, with plenty of completions.
+        assert!(steady(0.69, 1200.0).short_of(0.75));
+        // The same deficit on a handful of completions is chance.
+        assert!(!steady(0.69, 2.0).short_of(0.75));
+        // Never on less than 1 %, however many completions.
+        assert!(!steady(0.745, 1e9).short_of(0.75));
+        assert!(steady(0.74, 1e9).short_of(0.75));
+        // Nothing completed: nothing to judge.
+        assert!(!steady(0.0, 0.0).short_of(0.5));
+    }
+
+    #[test]
+    fn the_average_follows_recent_periods() {
+        let mut s = steady(0.5, 100.0);
+        for _ in 0..(5 * SMOOTHING as usize) {
+            s = s.blend(0.1, 10.0);
+        }
+        assert!(
+            (s.share - 0.1).abs() < 0.01 && (s.done - 10.0).abs() < 1.0,
+            "{s:?}"
+        );
+    }
+}
