@@ -108,6 +108,20 @@ impl Daemon {
     }
 }
 
+/// What `check` can say of the QoS setup without serving: the device's QoS and every
+/// group and volume added with its policy, as `run` adds them, so that a reservation
+/// `run` would refuse (priced by the model it would use) is refused here too.
+pub fn check_qos(config: &Config) -> Result<(), DaemonError> {
+    let qos = build_qos(config)?;
+    for v in &config.volumes {
+        let group = v.group.as_deref().filter(|g| *g != ROOT_GROUP);
+        qos.add_volume(&v.name, group, v.weight)
+            .and_then(|_| qos.set_volume_policy(&v.name, &v.policy()))
+            .map_err(|e| DaemonError::Qos(format!("volume {}: {e}", v.name)))?;
+    }
+    Ok(())
+}
+
 fn build_qos(config: &Config) -> Result<QosDevice, DaemonError> {
     let d = &config.device;
     let model = d

@@ -167,6 +167,11 @@ fn check(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     let config = state.running_config(&config, &state_file)?;
     let (size, block) = HostDisk::probe(&config.device)?;
     config.validate_layout(size, block)?;
+    // Reservations are priced by the model `run` would use: the calibration it would
+    // take, or the emulated device's measured as it would measure it.
+    let calibration = vhost_iocost::control::calibrated::for_check(&config, path, size)?;
+    let effective = vhost_iocost::control::calibrated::apply(&config, calibration.as_ref());
+    vhost_iocost::daemon::check_qos(&effective)?;
     for (i, v) in config.volumes.iter().enumerate() {
         v.socket_gid(i)?;
     }

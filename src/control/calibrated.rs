@@ -70,6 +70,30 @@ pub fn resolve(config: &Config, config_path: &Path) -> Option<Calibration> {
     Some(c)
 }
 
+/// The calibration `run` would use, found without writing anything: the one kept in the
+/// state file beside `config_path` if it is of this device (of `size` bytes); for an
+/// emulated device not measured yet, its model measured in virtual time, as `run` does.
+/// None when the config gives a model, or when a real device has not been measured yet
+/// (`run` measures it at start-up; `check` judges with the preset meanwhile).
+pub fn for_check(
+    config: &Config,
+    config_path: &Path,
+    size: u64,
+) -> Result<Option<Calibration>, String> {
+    let device = &config.device;
+    if !calibration::wanted(device) {
+        return Ok(None);
+    }
+    let state = RuntimeState::load(&state_path(config_path)).map_err(|e| e.to_string())?;
+    if let Some(c) = state.calibrated.filter(|c| c.matches(device, size)) {
+        return Ok(Some(c));
+    }
+    if device.emulated.is_some() {
+        return calibration::measure(device, size).map(Some);
+    }
+    Ok(None)
+}
+
 /// The configuration the daemon runs: with a calibration, its model and default targets.
 pub fn apply(config: &Config, calibration: Option<&Calibration>) -> Config {
     let mut effective = config.clone();

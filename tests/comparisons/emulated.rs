@@ -325,3 +325,72 @@ fn many_equal_tenants_get_what_qos_off_gives_them() {
         });
     }
 }
+
+/// A reservation is a floor of service beside heavy writers, with the controller free:
+/// 6,000 random reads/s (30 % of the device), reserved by one QD4 reader or by a group
+/// of two QD2 readers, beside three backlogged 1 MiB QD8 writers of equal weight, on the
+/// defaults: at least 95 % of it in every second after the first two (writes fill the
+/// device queue ahead of the reads; only the reservation keeps the readers' share).
+#[test]
+fn a_reservation_is_a_floor_of_service_beside_writers() {
+    let writers = ["w1", "w2", "w3"];
+    let writer_volumes: String = writers
+        .iter()
+        .enumerate()
+        .map(|(i, w)| volume(w, 8 * (i as u64 + 4), 8, ""))
+        .collect();
+    let one = volume("r", 0, 8, "reserve = { iops = 6000 }");
+    let group = "[[group]]\nname = \"g\"\nreserve = { iops = 6000 }\n".to_owned()
+        + &volume("r", 0, 8, "group = \"g\"")
+        + &volume("s", 8, 8, "group = \"g\"");
+    for (what, readers, depth) in [("volume", &one, 4), ("group", &group, 2)] {
+        measure(&format!("a {what} reservation beside writers"), || {
+            let d = DaemonProcess::start(&config(
+                &format!("{SLOW_DEVICE}{DEFAULTS}"),
+                &format!("{readers}{writer_volumes}"),
+            ));
+            let names: Vec<&str> = if what == "group" {
+                vec!["r", "s"]
+            } else {
+                vec!["r"]
+            };
+            let mut specs: Vec<TenantSpec> = names
+                .iter()
+                .map(|n| TenantSpec {
+                    ramp: Duration::ZERO,
+                    ..reader(&d, n, depth, 8)
+                })
+                .collect();
+            for w in writers {
+                specs.push(TenantSpec {
+                    rw: Pattern::Write,
+                    bs: 1 << 20,
+                    iodepth: 8,
+                    ramp: Duration::ZERO,
+                    ..reader(&d, w, 8, 8)
+                });
+            }
+            let r = loadgen::run(&specs).unwrap();
+            assert!(r.iter().all(|t| t.errors == 0), "{r:?}");
+            let seconds = r[0].per_second.len();
+            let per_second: Vec<u64> = (0..seconds)
+                .map(|s| {
+                    r[..names.len()]
+                        .iter()
+                        .map(|t| t.per_second.get(s).map_or(0, |x| x.iops))
+                        .sum()
+                })
+                .collect();
+            let writers_mib: f64 = r[names.len()..].iter().map(|t| t.mib_per_s).sum();
+            eprintln!(
+                "{what} reservation: readers per second {per_second:?}; writers {writers_mib:.1} MiB/s"
+            );
+            per_second
+                .iter()
+                .skip(2)
+                .all(|&n| n >= 5_700)
+                .then_some(())
+                .ok_or(format!("seconds under 5,700 reads: {per_second:?}"))
+        });
+    }
+}
