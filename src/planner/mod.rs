@@ -10,6 +10,9 @@
 //!    saturation than the percentile). Deviation: they are judged over a window of
 //!    periods holding enough completions to tell the percentile
 //!    ([`lat_stat::LatWindow`]); steps 6 and 7 run when a window is judged.
+//!    With `protect = "underserved"` the window holds only the completions of volumes
+//!    served below their share ([`victims`], design §5.10): equal tenants' misses of
+//!    their own queue only keep vrate from rising.
 //! 2. **Idle volumes** ([`idle`]): a volume that neither issued nor had anything in
 //!    flight for a whole period leaves the weight tree; its share goes to its siblings.
 //! 3. **Usage** ([`usage`]): device time each volume consumed this period.

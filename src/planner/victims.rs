@@ -4,8 +4,8 @@
 //! take more of the device than they are entitled to. So the latency signal that steers
 //! vrate ([`super::lat_stat::of_victims`]) counts the completions of *victims* only:
 //!
-//! * a volume whose share of the device's service (its usage over all foreground
-//!   volumes' usage, averaged over about [`SMOOTHING`] periods) is below its entitled
+//! * a volume whose share of the device's service (its usage per unit of the time it
+//!   was active, over all foreground volumes', averaged over about [`SMOOTHING`] periods) is below its entitled
 //!   share (its `hweight_active` over theirs) by more than chance explains: at least
 //!   [`MIN_DEFICIT`], and at least [`DEFICIT_SE`] relative standard errors of its
 //!   completion count. A paced or shallow reader beside a writer is one; so is the
@@ -37,20 +37,22 @@ pub const DEFICIT_SE: f64 = 2.0;
 pub(crate) fn mark(dev: &DeviceShared, st: &DeviceState, books: &mut [NodeBook], ctx: &PeriodCtx) {
     let gen = dev.hweight_gen.load(Acquire);
     let elapsed_ns = ctx.now.now_ns.saturating_sub(ctx.period_at_ns).max(1);
-    let (mut usage_sum, mut hwa_sum) = (0u64, 0u64);
+    let rate = |id: usize, usage: u64| service_rate(st, id, usage, ctx);
+    let (mut rate_sum, mut hwa_sum) = (0.0f64, 0u64);
     for (id, v) in st.active.iter() {
         if !v.background.load(Relaxed) {
-            usage_sum = usage_sum.saturating_add(books[*id].usage_delta_abs);
+            rate_sum += rate(*id, books[*id].usage_delta_abs);
             hwa_sum += u64::from(v.hweights(gen).0);
         }
     }
     for (id, v) in st.active.iter() {
+        let own = rate(*id, books[*id].usage_delta_abs);
+        let share = if rate_sum > 0.0 { own / rate_sum } else { 0.0 };
         let book = &mut books[*id];
         if v.background.load(Relaxed) {
             book.victim = false;
             continue;
         }
-        let share = book.usage_delta_abs as f64 / usage_sum.max(1) as f64;
         let done = book.lat_period.done_total() as f64;
         let fresh = st.tree.nodes[*id].activated_at_ns >= ctx.period_at_ns;
         if fresh {
@@ -61,6 +63,14 @@ pub(crate) fn mark(dev: &DeviceShared, st: &DeviceState, books: &mut [NodeBook],
         book.victim =
             book.service.short_of(entitled) || v.reserve.unmet(book.usage_delta_abs, elapsed_ns);
     }
+}
+
+/// Absolute cost served per ns over the time volume `id` was active this period: one
+/// that activated late in it is not short of anything.
+fn service_rate(st: &DeviceState, id: usize, usage_abs: u64, ctx: &PeriodCtx) -> f64 {
+    let since = st.tree.nodes[id].activated_at_ns.max(ctx.period_at_ns);
+    let active_ns = ctx.now.now_ns.saturating_sub(since).max(1);
+    usage_abs as f64 / active_ns as f64
 }
 
 /// A volume's recent share of the foreground's service and completions per period.
