@@ -31,14 +31,7 @@ file)
     fill_file "$work/disk.img" 2G
     device_section='path = "disk.img"' ;;
 emulated)
-    device_section='path = "disk.img"
-create_size = "2GiB"
-kind = "emulated"
-direct = false
-[device.emulated]
-'"$(cat configs/emulated/slow-ssd.toml)"'
-channels = 4
-base_latency = "50us"' ;;
+    device_section=$(emulated_device 2GiB) ;;
 *) echo "DEVICE must be file or emulated"; exit 1 ;;
 esac
 

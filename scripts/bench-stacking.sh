@@ -47,14 +47,7 @@ if [ -n "${ON:-}${OFF:-}" ]; then duty=",on=${ON:?ON and OFF go together},off=${
 
 case $device in
 emulated)
-    device_section='path = "disk.img"
-create_size = "1GiB"
-kind = "emulated"
-direct = false
-[device.emulated]
-'"$(cat configs/emulated/slow-ssd.toml)"'
-channels = 4
-base_latency = "50us"' ;;
+    device_section=$(emulated_device 1GiB) ;;
 file)
     echo "filling $work/disk.img (1 GiB)"
     fill_file "$work/disk.img" 1G

@@ -132,6 +132,13 @@ offset = \"1GiB\"
 size = \"1GiB\""
 }
 
+# emulated_device SIZE: the [device] keys of the emulated slow SSD (20k random reads/s,
+# 200 MB/s of writes, 4 channels) on a disk.img of SIZE.
+emulated_device() {
+    printf 'path = "disk.img"\ncreate_size = "%s"\nkind = "emulated"\ndirect = false\n[device.emulated]\n%s\nchannels = 4\nbase_latency = "50us"' \
+        "$1" "$(cat configs/emulated/slow-ssd.toml)"
+}
+
 # fill_file PATH SIZE: writes every block, so reads hit allocated blocks, not holes.
 fill_file() {
     fio --name=fill --filename="$1" --size="$2" --rw=write --bs=1M --direct=1 \
