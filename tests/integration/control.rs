@@ -2,7 +2,7 @@
 //! class), a weight change under load, persistence across a restart, and `/metrics`
 //! against what a blkio client did.
 
-use crate::daemon::{config, volume, DaemonProcess, SLOW_MODEL};
+use crate::daemon::{config, ctl, volume, DaemonProcess, SLOW_MODEL};
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
@@ -97,6 +97,11 @@ fn every_endpoint_answers_and_refuses_bad_input() {
     assert_eq!(dev["effective"]["max_pct"], 150.0);
     // An operator's own target binds every volume, unless `protect` says otherwise.
     assert_eq!(dev["effective"]["protect"], "all");
+    let out = ctl(&d, &["qos", "--protect", "underserved"]);
+    assert!(out.contains("protect=underserved"), "{out}");
+    let dev = ok(&d, "GET", "/v1/device", None);
+    assert_eq!(dev["qos"]["value"]["protect"], "underserved");
+    assert_eq!(dev["effective"]["protect"], "underserved");
     // p95 of a 10 ms target: a 20 ms period, in effect at once.
     assert_eq!(dev["period_us"], 20_000);
     let vrate = dev["vrate_pct"].as_f64().unwrap();
