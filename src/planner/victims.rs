@@ -5,19 +5,21 @@
 //! vrate ([`super::lat_stat::of_victims`]) counts the completions of *victims* only:
 //!
 //! * a volume whose share of the device's service (its usage per unit of the time it
-//!   was active, over all foreground volumes', averaged over about [`SMOOTHING`] periods) is below its entitled
-//!   share (its `hweight_active` over theirs) by more than chance explains: at least
-//!   [`MIN_DEFICIT`], and at least [`DEFICIT_SE`] relative standard errors of its
-//!   completion count. A paced or shallow reader beside a writer is one; so is the
-//!   heavier of two weighted volumes once vrate is too high for the weights to hold;
+//!   was active, over all foreground volumes', averaged over about [`SMOOTHING`]
+//!   periods) is below its entitled share (its `hweight_active` over theirs) by more
+//!   than chance explains: at least [`MIN_DEFICIT`], and at least [`DEFICIT_SE`]
+//!   standard errors of that share. A paced or shallow reader beside a writer is one;
+//!   so is the heavier of two weighted volumes once vrate is too high for the weights
+//!   to hold;
 //! * a volume served less than its reservation (design §14).
 //!
-//! Tenants served in proportion to their weights are no victims, so their misses, which
-//! their own combined queue causes, do not hold vrate down: counting them kept eight
-//! equal QD4 readers at the lowest vrate, a quarter of what the disk gives them without
-//! QoS, whenever the read target was tighter than that queue's latency. Background
-//! volumes are neither victims (their latency is nobody's target) nor counted in the
-//! shares (they fill what the foreground leaves).
+//! Tenants served in proportion to their weights are no victims: their misses come from
+//! their own combined queue, and lowering vrate would take from each what it gives it.
+//! On the emulated slow device, counting them held 8 and 32 equal QD4 readers at 0.44
+//! and 0.27 × what they get without QoS (BENCHMARKS.md, "Many equal tenants"). Their
+//! misses still keep vrate from rising ([`super::plan`]). Background volumes are neither
+//! victims (their latency is nobody's target) nor counted in the shares (they fill what
+//! the foreground leaves).
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 
@@ -29,7 +31,8 @@ use super::{NodeBook, PeriodCtx};
 pub const SMOOTHING: f64 = 64.0;
 /// A deficit smaller than this fraction of the entitled share is no victim's.
 pub const MIN_DEFICIT: f64 = 0.01;
-/// A deficit must exceed this many relative standard errors (1/√n for n completions).
+/// A deficit must exceed this many relative standard errors of the share (binomial:
+/// √((1 − share) / n) for n completions).
 pub const DEFICIT_SE: f64 = 2.0;
 
 /// Mark the active volumes' books as victims or not, from this period's usage
