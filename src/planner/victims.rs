@@ -31,6 +31,8 @@ use super::{NodeBook, PeriodCtx};
 pub const SMOOTHING: f64 = 64.0;
 /// A deficit smaller than this fraction of the entitled share is no victim's.
 pub const MIN_DEFICIT: f64 = 0.01;
+/// A deficit this large needs no more samples.
+pub const OBVIOUS_DEFICIT: f64 = 0.5;
 /// A deficit must exceed this many relative standard errors of the share (binomial:
 /// √((1 − share) / n) for n completions).
 pub const DEFICIT_SE: f64 = 2.0;
@@ -106,7 +108,9 @@ impl Service {
         }
         // The share's relative standard error: binomial, √((1 − p) / n).
         let se = ((1.0 - self.share.min(1.0)) / samples).sqrt();
-        let deficit = MIN_DEFICIT.max(DEFICIT_SE * se);
+        // Served below half its share, a volume is underserved however few its samples:
+        // a paced reader back from idle is protected from its first period.
+        let deficit = MIN_DEFICIT.max((DEFICIT_SE * se).min(OBVIOUS_DEFICIT));
         self.share < entitled * (1.0 - deficit)
     }
 }
@@ -141,6 +145,10 @@ mod tests {
         assert!(steady(0.69, 1200.0).short_of(0.75));
         // The same deficit on a handful of completions is chance.
         assert!(!steady(0.69, 2.0).short_of(0.75));
+        // Below half its share, a volume is underserved from its first period back.
+        let back = Service::default().blend(0.03, 5.0);
+        assert!(back.short_of(0.2));
+        assert!(!Service::default().blend(0.12, 5.0).short_of(0.2));
         // Never on less than 1 %, however many completions.
         assert!(!steady(0.745, 1e9).short_of(0.75));
         assert!(steady(0.74, 1e9).short_of(0.75));
