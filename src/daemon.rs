@@ -114,9 +114,7 @@ impl Daemon {
 pub fn check_qos(config: &Config) -> Result<(), DaemonError> {
     let qos = build_qos(config)?;
     for v in &config.volumes {
-        let group = v.group.as_deref().filter(|g| *g != ROOT_GROUP);
-        qos.add_volume(&v.name, group, v.weight)
-            .and_then(|_| qos.set_volume_policy(&v.name, &v.policy()))
+        crate::volume_set::add_to_qos(&qos, v)
             .map_err(|e| DaemonError::Qos(format!("volume {}: {e}", v.name)))?;
     }
     Ok(())

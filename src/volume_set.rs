@@ -126,23 +126,11 @@ impl VolumeSet {
             message,
         };
 
-        let handle = self
-            .qos
-            .add_volume(
-                &v.name,
-                v.group.as_deref().filter(|g| *g != ROOT_GROUP),
-                v.weight,
-            )
-            .map_err(|e| failed(e.to_string()))?;
-        let started = self
-            .qos
-            .set_volume_policy(&v.name, &v.policy())
-            .map_err(|e| e.to_string())
-            .and_then(|()| {
-                let mut volume = Volume::new(v, self.shared.clone(), own_disk, handle);
-                volume.socket_gid = socket_gid;
-                VolumeServer::start(Arc::new(volume), &self.acceptor).map_err(|e| e.to_string())
-            });
+        let handle = add_to_qos(&self.qos, v).map_err(|e| failed(e.to_string()))?;
+        let mut volume = Volume::new(v, self.shared.clone(), own_disk, handle);
+        volume.socket_gid = socket_gid;
+        let started =
+            VolumeServer::start(Arc::new(volume), &self.acceptor).map_err(|e| e.to_string());
         match started {
             Ok(server) => {
                 self.servers
@@ -225,4 +213,20 @@ impl VolumeSet {
         }
         self.acceptor.stop();
     }
+}
+
+/// Adds volume `v` to the QoS tree under its group, with its weight and its policy (caps,
+/// class, reservation); on a refused policy nothing is left behind. `run` adds every
+/// volume this way, and `check` too, so that both refuse the same configurations.
+pub fn add_to_qos(
+    qos: &QosDevice,
+    v: &VolumeConfig,
+) -> Result<Arc<VolumeQos>, crate::qos::QosError> {
+    let group = v.group.as_deref().filter(|g| *g != ROOT_GROUP);
+    let handle = qos.add_volume(&v.name, group, v.weight)?;
+    if let Err(e) = qos.set_volume_policy(&v.name, &v.policy()) {
+        let _ = qos.remove_volume(&v.name);
+        return Err(e);
+    }
+    Ok(handle)
 }

@@ -182,21 +182,13 @@ impl LatWindow {
         self.periods += 1;
         let unprotected = self.all.done_total() > self.counts.done_total()
             && self.counts.stat().no_samples(ppm_thr);
-        let mut targeted = false;
-        let mut enough = false;
-        for (rw, thr) in ppm_thr.into_iter().enumerate() {
-            let thr = u64::from(thr);
-            if thr >= MILLION {
-                continue;
-            }
-            targeted = true;
-            enough |= self.counts.done(rw) * thr.max(1) >= WINDOW_MISSES * MILLION;
-        }
+        let targeted = ppm_thr.iter().any(|&thr| u64::from(thr) < MILLION);
+        let enough = enough_to_judge(&self.counts, ppm_thr);
         let all = self.all.stat();
         // A light victim completes too few requests to tell its percentile for many
         // periods; if everyone's completions are enough to tell and clearly meet the
         // target on the same device, that is the verdict.
-        let all_clear = !enough && self.all_enough(ppm_thr) && all.clearly_met(ppm_thr);
+        let all_clear = !enough && enough_to_judge(&self.all, ppm_thr) && all.clearly_met(ppm_thr);
         if targeted && !enough && !unprotected && !all_clear && self.periods < MAX_WINDOW_PERIODS {
             return None;
         }
@@ -209,18 +201,19 @@ impl LatWindow {
         Some(judged)
     }
 
-    /// Everyone's completions are enough to judge some targeted direction by.
-    fn all_enough(&self, ppm_thr: [u32; 2]) -> bool {
-        (0..2).any(|rw| {
-            let thr = u64::from(ppm_thr[rw]);
-            thr < MILLION && self.all.done(rw) * thr.max(1) >= WINDOW_MISSES * MILLION
-        })
-    }
-
     /// Forgets the periods gathered so far (a volume alone on the device is not judged).
     pub(crate) fn reset(&mut self) {
         *self = LatWindow::default();
     }
+}
+
+/// `counts` hold enough completions in some direction with a target to judge its
+/// percentile: [`WINDOW_MISSES`] misses' worth at the share allowed.
+fn enough_to_judge(counts: &LatCounts, ppm_thr: [u32; 2]) -> bool {
+    (0..2).any(|rw| {
+        let thr = u64::from(ppm_thr[rw]);
+        thr < MILLION && counts.done(rw) * thr.max(1) >= WINDOW_MISSES * MILLION
+    })
 }
 
 /// Collect and reset-by-snapshot the counters of the active volumes: each volume's own
@@ -259,16 +252,10 @@ pub(crate) fn collect(st: &DeviceState, books: &mut [NodeBook], elapsed_ns: u64)
     c
 }
 
-/// The latency signal the controller steers by: the period's completions of the
-/// *victims* only (volumes that got less than they are entitled to, marked by the
-/// classification), with the device's slot waits and period length from `total`.
-///
-/// Throttling helps a volume only if it gets less than its share while others take more.
-/// A volume that already uses its whole share (short of budget) suffers latency that it
-/// and its equals cause with their own queues: lowering vrate would take from it exactly
-/// what it would give it. Counting its misses held eight equal QD4 readers at the lowest
-/// vrate, a quarter of what the disk gives them without QoS, whenever the target was
-/// tighter than the latency of their own combined queue.
+/// The latency signal the controller steers by under `protect = "underserved"`: the
+/// period's completions of the *victims* only (volumes served below their share or
+/// reservation, marked by [`super::victims::mark`]), with the device's slot waits and
+/// period length from `total`.
 pub(crate) fn of_victims(st: &DeviceState, books: &[NodeBook], total: &LatCounts) -> LatCounts {
     let mut c = LatCounts {
         rq_wait_ns: total.rq_wait_ns,

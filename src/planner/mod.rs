@@ -247,7 +247,7 @@ fn plan(dev: &DeviceShared, ps: &mut PlannerState) -> u64 {
         if lat.grossly_missed(ctx.ppm_thr, targets_us) {
             ps.gross_streak = ps.gross_streak.saturating_add(1);
         } else if !lat.no_samples(ctx.ppm_thr) || judged.all.nr_done > judged.stat.nr_done {
-            // A window whose completions were all of volumes that are no victims has
+            // A window in which only volumes that are no victims completed anything has
             // nobody to protect: the streak ends as after a met window.
             ps.gross_streak = 0;
         }

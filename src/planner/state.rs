@@ -67,7 +67,7 @@ pub(crate) struct NodeBook {
     pub lat_period: LatCounts,
     /// This period's usage in absolute cost (model time at 100 %).
     pub usage_delta_abs: u64,
-    /// Set by the classification: the volume gets less than it is entitled to, so its
+    /// Set by `victims::mark`: the volume gets less than it is entitled to, so its
     /// latency misses are a reason to throttle the others (see `lat_stat::of_victims`).
     pub victim: bool,
     /// Its recent share of the device's service (see `victims`).

@@ -58,13 +58,14 @@ pub(crate) fn mark(dev: &DeviceShared, st: &DeviceState, books: &mut [NodeBook],
             book.victim = false;
             continue;
         }
+        let (hwa, _) = v.hweights(gen);
         let done = book.lat_period.done_total() as f64;
         let fresh = st.tree.nodes[*id].activated_at_ns >= ctx.period_at_ns;
         if fresh {
             book.service = Service::default();
         }
         book.service = book.service.blend(share, done);
-        let entitled = f64::from(v.hweights(gen).0) / hwa_sum.max(1) as f64;
+        let entitled = f64::from(hwa) / hwa_sum.max(1) as f64;
         book.victim =
             book.service.short_of(entitled) || v.reserve.unmet(book.usage_delta_abs, elapsed_ns);
     }
