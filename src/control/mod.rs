@@ -19,6 +19,7 @@ pub mod calibrated;
 pub mod client;
 pub(crate) mod context;
 pub mod ctl;
+pub mod ctl_format;
 pub mod error;
 pub mod filter;
 pub(crate) mod handlers;
