@@ -33,6 +33,7 @@
 //!
 //! The order follows the kernel's `ioc_timer_fn` (design §5.2).
 
+pub(crate) mod attainable;
 pub(crate) mod busy;
 pub(crate) mod classify;
 pub(crate) mod donation;
@@ -222,10 +223,13 @@ fn plan(dev: &DeviceShared, ps: &mut PlannerState) -> u64 {
             targets_us,
             now.now_ns,
         );
-        if underserved_only && judged.all.missed_target(busy::aim(ctx.ppm_thr)) {
+        let aim = busy::aim(ctx.ppm_thr);
+        ps.attainable.observe(&judged.all, aim, now.now_ns);
+        if underserved_only && judged.all.missed_target(aim) && ps.attainable.recently(now.now_ns) {
             // Volumes that are no victims miss more than the aim: their misses do not
             // lower vrate, but raising it would only deepen their queues and, with
             // unequal weights, let the device rather than the budgets decide the split.
+            // Unless no vrate met the target lately ([`attainable`]).
             trend = latency_floor::LatencyTrend::Rising;
         }
         st.busy_level = busy::next_busy_level(

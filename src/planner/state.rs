@@ -13,6 +13,8 @@ pub(crate) struct PlannerState {
     pub lat_window: LatWindow,
     /// Lowest recent per-window mean device latency (see `latency_floor`).
     pub lat_floors: LatFloors,
+    /// When everyone's latency last met the aim (see `attainable`).
+    pub attainable: super::attainable::Attainable,
     /// Consecutive windows with a gross latency miss (see `vrate`).
     pub gross_streak: u32,
     /// What the latency class found since the device's latency was last judged.
@@ -72,6 +74,8 @@ pub(crate) struct NodeBook {
     pub victim: bool,
     /// Its recent share of the device's service (see `victims`).
     pub service: super::victims::Service,
+    /// When `victims::mark` last saw the volume active, ns.
+    pub seen_active_ns: u64,
     // --- donation (design §6.5), valid during one planner run ---
     pub hweight_donating: u32,
     pub hweight_after: u32,

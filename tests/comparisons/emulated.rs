@@ -16,7 +16,7 @@ static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// missing twice fails. Each attempt starts with the host's dirty pages written back:
 /// right after a build, writeback slows the emulated device's backing file for seconds,
 /// and the latencies QoS steers by with it.
-fn measure(what: &str, mut attempt: impl FnMut() -> Result<(), String>) {
+pub(crate) fn measure(what: &str, mut attempt: impl FnMut() -> Result<(), String>) {
     let _one_at_a_time = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: sync(2) takes no arguments and cannot fail.
     let write_back = || unsafe { libc::sync() };
@@ -283,47 +283,57 @@ fn stacking_under_steady_contention_the_writer_is_steady_and_the_target_holds() 
 fn many_equal_tenants_get_what_qos_off_gives_them() {
     for tenants in [8, 32] {
         measure(&format!("{tenants} equal tenants"), || {
-            let names: Vec<String> = (0..tenants).map(|i| format!("v{i}")).collect();
-            let volumes: String = names
-                .iter()
-                .enumerate()
-                .map(|(i, n)| volume(n, i as u64, 1, ""))
-                .collect();
-            let run = |qos: &str| {
-                let d = DaemonProcess::start(&config(
-                    &format!("{SLOW_DEVICE}{qos}{DEFAULTS}"),
-                    &volumes,
-                ));
-                let specs: Vec<TenantSpec> = names.iter().map(|n| reader(&d, n, 4, 5)).collect();
-                let r = loadgen::run(&specs).unwrap();
-                assert!(r.iter().all(|t| t.errors == 0), "{r:?}");
-                r.iter().map(|t| t.iops).collect::<Vec<f64>>()
-            };
-            let off = run("[device.qos]\nenable = false\n");
-            let on = run("");
-            let (sum_on, sum_off) = (on.iter().sum::<f64>(), off.iter().sum::<f64>());
-            let mean = sum_on / on.len() as f64;
-            let spread = on
-                .iter()
-                .map(|x| (x / mean - 1.0).abs())
-                .fold(0.0, f64::max);
-            eprintln!(
-                "{tenants} equal tenants: QoS off {sum_off:.0} IOPS, defaults {sum_on:.0} \
-                 ({:.3}), widest from the mean {:.1} %",
-                sum_on / sum_off,
-                spread * 100.0
-            );
-            if sum_on < 0.9 * sum_off {
-                return Err(format!(
-                    "{sum_on:.0} IOPS against {sum_off:.0} with QoS off"
-                ));
-            }
-            (spread <= 0.10).then_some(()).ok_or(format!(
-                "a tenant {:.1} % from the mean: {on:?}",
-                spread * 100.0
-            ))
+            let device =
+                format!("[device]\npath = \"disk.img\"\ncreate_size = \"64MiB\"{SLOW_DEVICE}");
+            equal_tenants_against_qos_off(&device, tenants, 1)
         });
     }
+}
+
+/// `tenants` equal QD4 random readers of `volume_mib` each on `device` (a `[device]`
+/// table), with QoS off and then on the defaults: `Ok` if together they get at
+/// least 0.9 × QoS off and each is within ±10 % of their mean.
+pub(crate) fn equal_tenants_against_qos_off(
+    device: &str,
+    tenants: usize,
+    volume_mib: u64,
+) -> Result<(), String> {
+    let names: Vec<String> = (0..tenants).map(|i| format!("v{i}")).collect();
+    let volumes: String = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| volume(n, i as u64 * volume_mib, volume_mib, ""))
+        .collect();
+    let run = |qos: &str| {
+        let d = DaemonProcess::start(&format!("{device}\n{qos}{DEFAULTS}{volumes}"));
+        let specs: Vec<TenantSpec> = names.iter().map(|n| reader(&d, n, 4, 5)).collect();
+        let r = loadgen::run(&specs).unwrap();
+        assert!(r.iter().all(|t| t.errors == 0), "{r:?}");
+        r.iter().map(|t| t.iops).collect::<Vec<f64>>()
+    };
+    let off = run("[device.qos]\nenable = false\n");
+    let on = run("");
+    let (sum_on, sum_off) = (on.iter().sum::<f64>(), off.iter().sum::<f64>());
+    let mean = sum_on / on.len() as f64;
+    let spread = on
+        .iter()
+        .map(|x| (x / mean - 1.0).abs())
+        .fold(0.0, f64::max);
+    eprintln!(
+        "{tenants} equal tenants: QoS off {sum_off:.0} IOPS, defaults {sum_on:.0} ({:.3}), \
+         widest from the mean {:.1} %",
+        sum_on / sum_off,
+        spread * 100.0
+    );
+    if sum_on < 0.9 * sum_off {
+        return Err(format!(
+            "{sum_on:.0} IOPS against {sum_off:.0} with QoS off"
+        ));
+    }
+    (spread <= 0.10).then_some(()).ok_or(format!(
+        "a tenant {:.1} % from the mean: {on:?}",
+        spread * 100.0
+    ))
 }
 
 /// A reservation is a floor of service beside heavy writers, with the controller free:

@@ -1,4 +1,4 @@
-//! Throughput comparisons on the emulated device, in a test binary of their own. Cargo
+//! Throughput comparisons on the emulated device and this machine's disk, in a test binary of their own. Cargo
 //! runs test binaries one after another, so these have the machine to themselves (the
 //! integration suite keeps both cores busy with guests and daemons), and they run one at
 //! a time within this binary too.
@@ -9,4 +9,5 @@ mod daemon;
 #[allow(dead_code)]
 #[path = "../integration/devices.rs"]
 mod devices;
+mod disk;
 mod emulated;
