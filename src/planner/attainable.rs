@@ -9,10 +9,10 @@
 //! did not bring their latency back, and holding it there only idles the device.
 //!
 //! So the target counts as attainable for [`ATTAINED_MEMORY_NS`] after a judged window
-//! in which everyone's completions met the aim; outside that, everyone's misses neither
-//! hold nor (while someone is short) lower vrate, and vrate settles where the budgets
-//! bind: while nobody is short everyone's misses lower it, while someone is, it rises.
-//! Underserved volumes' misses lower it as always.
+//! in which everyone's completions met the aim. Outside that, everyone's misses neither
+//! hold vrate nor, while nobody is short, lower it: only underserved volumes' misses
+//! steer, and vrate rises while someone is short, up to where the budgets stop binding
+//! and the tenants' own queue depths share the device.
 
 use super::lat_stat::LatStat;
 

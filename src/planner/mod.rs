@@ -206,9 +206,13 @@ fn plan(dev: &DeviceShared, ps: &mut PlannerState) -> u64 {
     {
         // While some volume is short of budget, lowering vrate takes from it: only the
         // victims' latency counts (`victims`). While nobody is, the device rather than
-        // the budgets decides who is served, and everyone's latency counts.
+        // the budgets decides who is served, and everyone's latency counts, unless no
+        // vrate met the target lately ([`attainable`]).
+        let aim = busy::aim(ctx.ppm_thr);
+        ps.attainable.observe(&judged.all, aim, now.now_ns);
+        let attainable = ps.attainable.recently(now.now_ns);
         let mut steering = demand;
-        lat = if underserved_only && demand.nr_shortages > 0 {
+        lat = if underserved_only && (demand.nr_shortages > 0 || !attainable) {
             steering.nr_lagging = demand.nr_lagging_victims;
             judged.stat
         } else {
@@ -223,9 +227,7 @@ fn plan(dev: &DeviceShared, ps: &mut PlannerState) -> u64 {
             targets_us,
             now.now_ns,
         );
-        let aim = busy::aim(ctx.ppm_thr);
-        ps.attainable.observe(&judged.all, aim, now.now_ns);
-        if underserved_only && judged.all.missed_target(aim) && ps.attainable.recently(now.now_ns) {
+        if underserved_only && attainable && judged.all.missed_target(aim) {
             // Volumes that are no victims miss more than the aim: their misses do not
             // lower vrate, but raising it would only deepen their queues and, with
             // unequal weights, let the device rather than the budgets decide the split.
