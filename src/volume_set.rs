@@ -1,5 +1,5 @@
 //! The volumes a daemon serves, which the control plane adds to and removes from while
-//! the others keep running (issue #15). Each volume is a QoS leaf, a [`Volume`] and a
+//! the others keep running. Each volume is a QoS leaf, a [`Volume`] and a
 //! [`VolumeServer`] listening on its socket; adding makes all three (or none), removing
 //! ends the connection first, then takes the leaf out of the weight tree (design §4.6).
 

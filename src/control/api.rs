@@ -287,11 +287,3 @@ pub struct StatsView {
     #[serde(default)]
     pub volumes_total: usize,
 }
-
-/// The body of every error response.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ErrorBody {
-    pub error: String,
-    #[serde(default)]
-    pub field: Option<String>,
-}

@@ -1,4 +1,4 @@
-//! Adding and removing volumes and groups at run time (issue #15): validated against the
+//! Adding and removing volumes and groups at run time: validated against the
 //! running config as a whole (as a config file would be), recorded in the state file,
 //! then applied, so that a refused request changes nothing and an accepted one survives
 //! a restart.

@@ -1,4 +1,4 @@
-//! Acceptance tests of the QoS core (issue #3), run in the simulator.
+//! Acceptance tests of the QoS core, run in the simulator.
 //!
 //! Every test builds a scenario, runs it in virtual time and asserts measured shares,
 //! utilisation, latencies or vrate. All are deterministic. Shares are shares of *device
@@ -489,7 +489,7 @@ fn stacking_scenario(extra_qos: &str) -> String {
     s
 }
 
-/// Issue #12 item 2: under steady contention the controller settles. The readers' p90
+/// Under steady contention the controller settles. The readers' p90
 /// target is met in at least 95 % of the contended periods, their p99 stays within it,
 /// and the writer's per-second throughput is steady (coefficient of variation ≤ 0.25)
 /// at no less than 60 % of what it gets with QoS off. Judged period by period, with one
@@ -572,7 +572,7 @@ fn reader_beside_writer(tables: &str, truth: &str) -> (f64, f64) {
 
 const SLOW_SSD: &str = include_str!("../../configs/emulated/slow-ssd.toml");
 
-/// Issue #12 item 5 and #18 item 3, on the emulated slow device with the tables `profile`
+/// On the emulated slow device with the tables `profile`
 /// prints for it (the calibrated defaults: p90 read target, no write signal, vrate
 /// 25–400 %): an unpaced QD1 reader beside a 1 MiB QD8 writer at equal weights keeps at
 /// least 60 % of its solo IOPS and the writer at least 50 % of its solo bandwidth (both
@@ -684,7 +684,7 @@ fn readers_returning_from_idle_are_not_queued_behind_the_writer() {
     }
 }
 
-/// Issue #13 item 1 in the simulator: a volume capped at 1000 IOPS with a 2 s burst to
+/// In the simulator, a volume capped at 1000 IOPS with a 2 s burst to
 /// 3000 (QEMU's semantics: a 6000-operation bucket, which fills at 3000 − 1000 per
 /// second, so the burst lasts about 3 s, paced at 3000 after a first tenth of a second)
 /// and then holds 1000 in every second, within half a percent (seconds count completions,
@@ -725,7 +725,7 @@ fn a_capped_volume_bursts_then_holds_its_cap_and_its_neighbour_takes_the_rest() 
     );
 }
 
-/// Issue #13 item 1, group caps: a group capped at 1000 IOPS holds its two backlogged
+/// Group caps: a group capped at 1000 IOPS holds its two backlogged
 /// members' sum to 1000 in every second after the first (which also holds the initial
 /// tenth-of-a-second burst), the members share it by weight (100:300), and an uncapped
 /// volume beside the group takes the rest of the device. Without the turns, the member
@@ -762,7 +762,7 @@ fn a_group_cap_bounds_the_sum_of_its_members() {
     assert!(free > 5.0 * 1000.0, "free {free:.0} IOPS\n{report}");
 }
 
-/// Issue #13 item 4, the background class: a background volume writing 128 KiB at QD32
+/// The background class: a background volume writing 128 KiB at QD32
 /// beside a foreground reader that comes and goes (QD8 4 KiB random reads, on 2 s, off
 /// 2 s). From one planning period after the reader starts, the background volume is
 /// admitted at most 10 % of the device's time (6.9 % and 7.1 % in the two phases: its 1 %
@@ -837,7 +837,7 @@ fn a_background_volume_yields_within_a_period_and_fills_idle_time() {
     );
 }
 
-/// Issue #13 item 2, reservations: a volume reserving 30 % of the device keeps ≥ 95 % of
+/// Reservations: a volume reserving 30 % of the device keeps ≥ 95 % of
 /// it (28.5 % of the device's time) in every second beside three saturating aggressors
 /// of equal weight, which alone by weight would leave it 25 %. The aggressors share the
 /// rest equally. A reservation that would bring the total over what may be reserved is
@@ -890,7 +890,7 @@ fn a_reservation_holds_beside_three_aggressors() {
     );
 }
 
-/// Issue #13 item 3, the latency class: a reader at 1000 IOPS (open loop, up to 16 in
+/// The latency class: a reader at 1000 IOPS (open loop, up to 16 in
 /// flight) with weight 10 beside a saturating aggressor of weight 1000. By weight alone it
 /// gets 1 % of the device, an eighth of its load, and its requests queue in the daemon.
 /// As a latency-class volume with a target of p99 2 ms (latency in the daemon), its boost
@@ -958,7 +958,7 @@ fn a_latency_class_volume_meets_its_target_beside_a_heavier_aggressor() {
     );
 }
 
-/// Issue #13 item 2 per group: a group reserving 40 % of the device gives its two
+/// Per group: a group reserving 40 % of the device gives its two
 /// volumes together ≥ 38 % beside three saturating aggressors of equal weight at the top
 /// level, where by weight the group would have 25 %; its members split it by weight
 /// (100:300). A group's reservation covers its members' own: a member reserving less adds
@@ -997,7 +997,7 @@ fn a_group_reservation_holds_for_its_members_together() {
     assert!(run_str(&fits).is_ok());
 }
 
-/// Issue #13, every class at once on one device: a volume under a group capped at 2000
+/// Every class at once on one device: a volume under a group capped at 2000
 /// IOPS, a volume reserving 20 %, a latency-class reader (500 IOPS, weight 10, p99 5 ms),
 /// a background writer and a normal aggressor, all backlogged. From the third second on:
 /// the capped volume holds its cap, the reserved one ≥ 19 % of the device, the latency
@@ -1042,7 +1042,7 @@ fn every_class_at_once_holds_its_promise() {
     }
 }
 
-/// Issue #13 item 3 beside an aggressor of *equal* weight: a 1000-IOPS reader with a p99
+/// Beside an aggressor of *equal* weight: a 1000-IOPS reader with a p99
 /// 1 ms target and a QD32 4 KiB aggressor, both weight 100. The reader has share enough;
 /// its latency is the device's, which has a cliff: p99 0.6 ms at vrate 97 %, 2 ms at
 /// 100 %, where the device-wide target (p95 2 ms) keeps it in the normal class. The
@@ -1103,7 +1103,7 @@ fn a_latency_class_volume_meets_its_target_beside_an_equal_weight_aggressor() {
     assert!(without.iter().all(|&(p99, _)| p99 > 1000), "{without:?}");
 }
 
-/// Issue #13 item 3 per group: a tenant's two readers (500 IOPS each, open loop) in a
+/// Per group: a tenant's two readers (500 IOPS each, open loop) in a
 /// latency-class group of weight 10 with a p99 2 ms target, beside a saturating aggressor
 /// of weight 1000. The group's volumes are judged together and the group's weight is
 /// boosted: from the fourth second both readers get their whole load within 2 ms. As a

@@ -186,7 +186,7 @@ const RAMP: Duration = Duration::from_secs(5);
 /// The stacking test's measured window, after the ramp.
 const MEASURED_SECS: u64 = 8;
 
-/// Issue #12 item 2 on the real data path: the stacking scenario under steady contention
+/// On the real data path, the stacking scenario under steady contention
 /// (four QD1 readers paced at 500 IOPS beside an unpaced 1 MiB QD8 writer) on the
 /// defaults. The readers' p90 target is met in at least 95 % of the contended planning
 /// periods and the writer's per-second throughput varies little (coefficient of

@@ -1,4 +1,4 @@
-//! Dirty logging for live migration (issue #15 item 3, design §8.8): with a log set
+//! Dirty logging for live migration (design §8.8): with a log set
 //! (SET_LOG_BASE) and LOG_ALL acked, a read marks exactly the guest pages the daemon
 //! wrote: its data buffer (written by io_uring), its status byte and the used ring, also
 //! in memory mapped after the log was set.

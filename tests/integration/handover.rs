@@ -1,4 +1,4 @@
-//! Same-host migration hand-over (issue #15 item 3, design §8.9): a second frontend
+//! Same-host migration hand-over (design §8.9): a second frontend
 //! attaches through the volume's hand-over socket while the first is connected, and only
 //! one of them uses the rings at a time. The raw frontends here play QEMU's source and
 //! destination message for message; `guest.rs` migrates a real guest.

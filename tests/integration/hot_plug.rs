@@ -1,4 +1,4 @@
-//! Adding and removing volumes and groups at run time (issue #15 item 1): over REST, while
+//! Adding and removing volumes and groups at run time: over REST, while
 //! another volume keeps serving a verifying workload, with the refusals an operator
 //! needs (409 while connected, a full device, an empty group only) and the changes kept
 //! across a restart.

@@ -1,5 +1,5 @@
-//! Live migration of a real guest between two QEMU processes on this host (issue #15 item
-//! 3, design §8.8–8.9): the source attaches to the volume's socket, the destination
+//! Live migration of a real guest between two QEMU processes on this host
+//! (design §8.8–8.9): the source attaches to the volume's socket, the destination
 //! (`-incoming`) to its hand-over socket while the source still runs, and a guest running
 //! fio with verify is migrated in the middle of its I/O. Verify passes on the destination,
 //! and the destination serves the rest of the job. (The lease's exclusion is tested by

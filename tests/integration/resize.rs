@@ -1,4 +1,4 @@
-//! Growing a volume at run time (issue #15 item 1, `PATCH {"size": ...}`): into the free
+//! Growing a volume at run time (`PATCH {"size": ...}`): into the free
 //! space after its range or by growing its own file; the connected frontend is told on
 //! its backend channel (BACKEND_CONFIG_CHANGE_MSG), reads the new capacity and can use it;
 //! what cannot be done is refused with what is in the way.

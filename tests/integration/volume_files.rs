@@ -1,4 +1,4 @@
-//! Volumes with files of their own (`path`, issue #15 item 2): a volume's bytes are its
+//! Volumes with files of their own (`path`): a volume's bytes are its
 //! file from byte 0, an existing image is served as it is, a missing one is created with
 //! the volume's size, and a file too small is refused naming the key. They share the
 //! device's QoS with the volumes on ranges of `device.path`.
