@@ -45,27 +45,18 @@ impl Attainable {
 mod tests {
     use super::*;
 
-    fn reads(done: u64, missed_ppm: u32) -> LatStat {
-        LatStat {
-            missed_ppm: [missed_ppm, 0],
-            nr_done: done,
-            done: [done, 0],
-            ..LatStat::default()
-        }
-    }
-
     const AIM: [u32; 2] = [40_000, 1_000_000];
 
     #[test]
     fn a_target_is_attainable_for_a_while_after_it_was_met() {
         let mut a = Attainable::default();
         assert!(!a.recently(0), "never met: not known to be attainable");
-        a.observe(&reads(100, 750_000), AIM, 1_000_000_000);
+        a.observe(&LatStat::reads(100, 750_000), AIM, 1_000_000_000);
         assert!(!a.recently(1_000_000_000));
-        a.observe(&reads(100, 30_000), AIM, 2_000_000_000);
+        a.observe(&LatStat::reads(100, 30_000), AIM, 2_000_000_000);
         assert!(a.recently(2_000_000_000));
         // Missed since, but met within the memory: still attainable.
-        a.observe(&reads(100, 900_000), AIM, 6_000_000_000);
+        a.observe(&LatStat::reads(100, 900_000), AIM, 6_000_000_000);
         assert!(a.recently(6_999_999_999));
         assert!(!a.recently(7_000_000_000));
         // A window without completions says nothing.

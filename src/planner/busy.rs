@@ -114,11 +114,8 @@ mod tests {
 
     fn lat(missed_r: u32, rq: u32) -> LatStat {
         LatStat {
-            missed_ppm: [missed_r, 0],
             rq_wait_pct: rq,
-            nr_done: 100,
-            done: [100, 0],
-            ..LatStat::default()
+            ..LatStat::reads(100, missed_r)
         }
     }
 

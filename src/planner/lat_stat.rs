@@ -42,6 +42,17 @@ pub(crate) struct LatStat {
 }
 
 impl LatStat {
+    /// `done` reads of which `missed_ppm` missed, nothing else: a test's window.
+    #[cfg(test)]
+    pub(crate) fn reads(done: u64, missed_ppm: u32) -> LatStat {
+        LatStat {
+            missed_ppm: [missed_ppm, 0],
+            nr_done: done,
+            done: [done, 0],
+            ..LatStat::default()
+        }
+    }
+
     /// More completions missed their target than the percentile allows, in either
     /// direction. `ppm_thr` = `[1e6 − rppm, 1e6 − wppm]`, the misses allowed.
     pub(crate) fn missed_target(&self, ppm_thr: [u32; 2]) -> bool {
@@ -180,8 +191,9 @@ impl LatWindow {
         self.counts.add(victims);
         self.all.add(all);
         self.periods += 1;
-        let unprotected = self.all.done_total() > self.counts.done_total()
-            && self.counts.stat().no_samples(ppm_thr);
+        let own = self.counts.stat();
+        let unprotected =
+            self.all.done_total() > self.counts.done_total() && own.no_samples(ppm_thr);
         let targeted = ppm_thr.iter().any(|&thr| u64::from(thr) < MILLION);
         let enough = enough_to_judge(&self.counts, ppm_thr);
         let all = self.all.stat();
@@ -193,7 +205,7 @@ impl LatWindow {
             return None;
         }
         let judged = Judged {
-            stat: if all_clear { all } else { self.counts.stat() },
+            stat: if all_clear { all } else { own },
             all,
             periods: self.periods,
         };

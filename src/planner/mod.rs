@@ -190,6 +190,7 @@ fn plan(dev: &DeviceShared, ps: &mut PlannerState) -> u64 {
         },
     );
     let mut missed_at_min = last.missed_at_min;
+    let aim = busy::aim(ctx.ppm_thr);
     if dev.alone(now.now_ns) {
         // Alone on the device, a volume is not throttled (`VolumeQos::admit_at`): its
         // misses are its own, so vrate, busy_level and the latency floor hold for when a
@@ -200,15 +201,11 @@ fn plan(dev: &DeviceShared, ps: &mut PlannerState) -> u64 {
         }
         ps.lat_window.reset();
         (lat, trend, missed_at_min) = (period_lat.stat(), latency_floor::LatencyTrend::Clear, 0);
-    } else if let Some(judged) = ps
-        .lat_window
-        .push(&protected, &period_lat, busy::aim(ctx.ppm_thr))
-    {
+    } else if let Some(judged) = ps.lat_window.push(&protected, &period_lat, aim) {
         // While some volume is short of budget, lowering vrate takes from it: only the
         // victims' latency counts (`victims`). While nobody is, the device rather than
         // the budgets decides who is served, and everyone's latency counts, unless no
         // vrate met the target lately ([`attainable`]).
-        let aim = busy::aim(ctx.ppm_thr);
         ps.attainable.observe(&judged.all, aim, now.now_ns);
         let attainable = ps.attainable.recently(now.now_ns);
         let mut steering = demand;
@@ -231,16 +228,9 @@ fn plan(dev: &DeviceShared, ps: &mut PlannerState) -> u64 {
             // Volumes that are no victims miss more than the aim: their misses do not
             // lower vrate, but raising it would only deepen their queues and, with
             // unequal weights, let the device rather than the budgets decide the split.
-            // Unless no vrate met the target lately ([`attainable`]).
             trend = latency_floor::LatencyTrend::Rising;
         }
-        st.busy_level = busy::next_busy_level(
-            st.busy_level,
-            &lat,
-            trend,
-            &steering,
-            busy::aim(ctx.ppm_thr),
-        );
+        st.busy_level = busy::next_busy_level(st.busy_level, &lat, trend, &steering, aim);
         // The latency class (design §15): a volume missing its own target on the device
         // counts as a miss; one above its margin keeps vrate from rising.
         let class = ps.latency_class;

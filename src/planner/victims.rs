@@ -128,7 +128,6 @@ impl Service {
 
     /// Served below its entitled share by more than `z` standard errors.
     fn short_of(self, z: f64) -> bool {
-        let entitled = self.entitled;
         let samples = self.done * self.periods;
         if samples < 1.0 {
             return false;
@@ -138,7 +137,7 @@ impl Service {
         // Served below half its share, a volume is underserved however few its samples:
         // a paced reader back from idle is protected from its first period.
         let deficit = MIN_DEFICIT.max((z * se).min(OBVIOUS_DEFICIT));
-        self.share < entitled * (1.0 - deficit)
+        self.share < self.entitled * (1.0 - deficit)
     }
 }
 

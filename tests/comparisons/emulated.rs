@@ -283,9 +283,7 @@ fn stacking_under_steady_contention_the_writer_is_steady_and_the_target_holds() 
 fn many_equal_tenants_get_what_qos_off_gives_them() {
     for tenants in [8, 32] {
         measure(&format!("{tenants} equal tenants"), || {
-            let device =
-                format!("[device]\npath = \"disk.img\"\ncreate_size = \"64MiB\"{SLOW_DEVICE}");
-            equal_tenants_against_qos_off(&device, tenants, 1)
+            equal_tenants_against_qos_off(&config(SLOW_DEVICE, ""), tenants, 1)
         });
     }
 }
@@ -353,17 +351,15 @@ fn a_reservation_is_a_floor_of_service_beside_writers() {
     let group = "[[group]]\nname = \"g\"\nreserve = { iops = 6000 }\n".to_owned()
         + &volume("r", 0, 8, "group = \"g\"")
         + &volume("s", 8, 8, "group = \"g\"");
-    for (what, readers, depth) in [("volume", &one, 4), ("group", &group, 2)] {
+    for (what, readers, names, depth) in [
+        ("volume", &one, vec!["r"], 4),
+        ("group", &group, vec!["r", "s"], 2),
+    ] {
         measure(&format!("a {what} reservation beside writers"), || {
             let d = DaemonProcess::start(&config(
                 &format!("{SLOW_DEVICE}{DEFAULTS}"),
                 &format!("{readers}{writer_volumes}"),
             ));
-            let names: Vec<&str> = if what == "group" {
-                vec!["r", "s"]
-            } else {
-                vec!["r"]
-            };
             let mut specs: Vec<TenantSpec> = names
                 .iter()
                 .map(|n| TenantSpec {

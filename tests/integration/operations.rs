@@ -214,8 +214,8 @@ fn the_systemd_unit_verifies_cleanly() {
 /// `check` judges reservations with the model `run` would use: on the emulated slow
 /// device (20k random reads/s, measured as `run` measures it), two reservations of 10,000
 /// random reads/s (50 % each) are more than it may promise (72 %), and both commands
-/// refuse the second naming it; one of 6,000 passes. (The preset `check` used to judge
-/// by says 8,500 reads/s.)
+/// refuse the second naming it; one of 6,000 passes. (The preset model says 8,500
+/// reads/s.)
 #[test]
 fn check_and_run_agree_on_reservations_priced_by_the_emulated_model() {
     use crate::devices::SLOW_DEVICE;
