@@ -240,6 +240,14 @@ fn plan(dev: &DeviceShared, ps: &mut PlannerState) -> u64 {
         } else if class.unmet && st.busy_level < 0 {
             st.busy_level = 0;
         }
+        if st.active.len() < 2 {
+            // One volume active, not yet alone (design §5.9): nobody to protect and
+            // nothing to arbitrate, so vrate holds for when the others come back. Raised
+            // for a lone writer, it would let readers back from idle find the device's
+            // queue full (4 paced readers on 2 s in 8: vrate reached 400 % while they
+            // were away and every reader-second missed).
+            st.busy_level = 0;
+        }
         if lat.grossly_missed(ctx.ppm_thr, targets_us) {
             ps.gross_streak = ps.gross_streak.saturating_add(1);
         } else if !lat.no_samples(ctx.ppm_thr) || judged.all.nr_done > judged.stat.nr_done {

@@ -566,6 +566,35 @@ fn everyones_misses_hold_vrate_only_while_the_target_is_attainable() {
     );
 }
 
+/// While only one volume is active, for the second before it counts as alone, vrate
+/// holds: raised for a lone writer, it would greet readers coming back with a full
+/// device queue.
+#[test]
+fn vrate_holds_while_one_volume_is_active() {
+    let (dev, clock) = device(&underserved_only());
+    let a = dev.add_volume("a", None, 100).unwrap();
+    let b = dev.add_volume("b", None, 100).unwrap();
+    for _ in 0..20 {
+        both_busy_for_a_period(&dev, &clock, [&a, &b], 100_000);
+    }
+    // b stops: nothing waiting, nothing in flight, deactivated after a period.
+    b.cancel_wait();
+    let before = dev.vrate_ppm();
+    for _ in 0..50 {
+        for _ in 0..10 {
+            while let Decision::Go(c) = a.admit(&io_us(25)) {
+                let t = clock.now_ns();
+                a.complete(&c, t, t, t + 100_000);
+            }
+            clock.advance(dev.period_ns() / 10);
+        }
+        dev.plan();
+    }
+    let rec = dev.last_period();
+    assert_eq!((rec.nr_active, rec.nr_shortages), (1, 1), "{rec:?}");
+    assert_eq!(dev.vrate_ppm(), before);
+}
+
 /// `protect = "underserved"`: a light reader whose reads miss beside a neighbour that
 /// takes its whole share is underserved, and its misses lower vrate at once.
 #[test]
