@@ -15,4 +15,4 @@ pub use cli::{run as cli, BenchArgs};
 pub use job::{build_tenants, JobFile};
 pub use progress::ProgressMode;
 pub use runner::{format_table, run, run_with, SecondSample, TenantResult};
-pub use spec::{Pattern, TenantSpec, TENANT_KEYS};
+pub use spec::{Duty, Pattern, TenantSpec, TENANT_KEYS};

@@ -10,4 +10,5 @@ mod daemon;
 #[path = "../integration/devices.rs"]
 mod devices;
 mod disk;
+mod duty_cycle;
 mod emulated;
