@@ -107,9 +107,14 @@ impl Calibration {
     }
 }
 
-/// Whether the config leaves the model to calibration: no `[device.model]` keys at all.
+/// Whether the config leaves the model to calibration: no `[device.model]` keys but
+/// `learn`.
 pub fn wanted(cfg: &DeviceConfig) -> bool {
-    cfg.kind.has_file() && cfg.model == ModelConfig::default()
+    let keys = ModelConfig {
+        learn: None,
+        ..cfg.model.clone()
+    };
+    cfg.kind.has_file() && keys == ModelConfig::default()
 }
 
 fn device_name(cfg: &DeviceConfig) -> Option<String> {

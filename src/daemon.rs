@@ -10,7 +10,7 @@ use crate::backend::volume::SharedDisk;
 use crate::config::{Config, ConfigError, ROOT_GROUP};
 use crate::emulated::FaultPlan;
 use crate::planner::Planner;
-use crate::qos::{MonotonicClock, PeriodRecord, QosDevice};
+use crate::qos::{LearnedModel, MonotonicClock, PeriodRecord, QosDevice};
 use crate::volume_set::VolumeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,7 +33,13 @@ pub struct Daemon {
     pub volumes: Arc<VolumeSet>,
     /// The planner thread, which the control API wakes after a change of the period.
     pub planner: std::thread::Thread,
+    /// Where the planner thread hands each move of the learned model (the control plane
+    /// keeps it in the state file).
+    pub learned_sink: LearnedSink,
 }
+
+/// A receiver of learned models, installed once the control plane is up.
+pub type LearnedSink = Arc<std::sync::Mutex<Option<Box<dyn Fn(&LearnedModel) + Send>>>>;
 
 impl Daemon {
     /// Opens the device and starts serving every volume.
@@ -93,11 +99,13 @@ impl Daemon {
             volumes = volumes.list().len(),
             "listening on every volume's socket"
         );
-        let planner = spawn_planner(qos.clone(), volumes.clone())?;
+        let learned_sink = LearnedSink::default();
+        let planner = spawn_planner(qos.clone(), volumes.clone(), learned_sink.clone())?;
         Ok(Daemon {
             qos,
             volumes,
             planner,
+            learned_sink,
         })
     }
 
@@ -150,6 +158,7 @@ fn build_qos(config: &Config) -> Result<QosDevice, DaemonError> {
 fn spawn_planner(
     qos: Arc<QosDevice>,
     volumes: Arc<VolumeSet>,
+    learned_sink: LearnedSink,
 ) -> std::io::Result<std::thread::Thread> {
     let handle = std::thread::Builder::new()
         .name("planner".into())
@@ -157,9 +166,11 @@ fn spawn_planner(
             let planner = Planner::new(&qos);
             let mut logged = (0u64, 0i32);
             let mut unreachable = UnreachableTarget::default();
+            let mut refused_logged_ns = None;
             loop {
                 // plan() returns when the next period is due.
                 let next = planner.plan();
+                learn_step(&qos, &learned_sink, &mut refused_logged_ns);
                 for s in volumes.list() {
                     s.wake();
                 }
@@ -209,6 +220,37 @@ fn spawn_planner(
             }
         })?;
     Ok(handle.thread().clone())
+}
+
+/// One step of the cost-model learner: a move is logged and handed to the sink; a move
+/// the reservations refuse is logged at most once a minute.
+fn learn_step(qos: &QosDevice, sink: &LearnedSink, refused_logged_ns: &mut Option<u64>) {
+    match qos.learn_tick() {
+        Ok(None) => {}
+        Ok(Some(m)) => {
+            let p = m.model.linear_params();
+            tracing::info!(
+                rbps = p.rbps,
+                rseqiops = p.rseqiops,
+                rrandiops = p.rrandiops,
+                wbps = p.wbps,
+                wseqiops = p.wseqiops,
+                wrandiops = p.wrandiops,
+                windows = m.status.windows,
+                "device.model: learned from saturated windows"
+            );
+            if let Some(keep) = sink.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+                keep(&m);
+            }
+        }
+        Err(e) => {
+            let now = qos.last_period().at_ns;
+            if !refused_logged_ns.is_some_and(|t| now.saturating_sub(t) < 60_000_000_000) {
+                *refused_logged_ns = Some(now);
+                tracing::warn!("device.model: the learned model is not used: {e}");
+            }
+        }
+    }
 }
 
 /// When to warn that the latency targets cannot be met: once the planner has seen them

@@ -17,6 +17,8 @@ pub enum Source {
     Runtime,
     /// Measured from the device at start-up (`crate::calibration`).
     Calibrated,
+    /// Refined from live traffic (`crate::cost_model::learn`).
+    Learned,
 }
 
 /// A value and its origin.
@@ -60,6 +62,26 @@ pub struct ModelView {
     pub source: Source,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calibration: Option<crate::calibration::Calibration>,
+    /// The learner's estimate while the model learns (absent while it is pinned).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learned: Option<LearnedView>,
+}
+
+/// What the cost-model learner knows.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LearnedView {
+    /// The six coefficients, ns of device time: per 4 KiB page, per sequential and per
+    /// random request, for reads and writes.
+    pub coefs_ns: std::collections::BTreeMap<String, Option<f64>>,
+    /// Each coefficient's standard error at the last fit, percent of it (null: the
+    /// traffic has not exercised it enough to estimate).
+    pub stderr_pct: std::collections::BTreeMap<String, Option<f64>>,
+    /// Windows in which the device was saturated, the last minute's of which are fitted.
+    pub saturated_windows: usize,
+    /// Times the coefficients moved.
+    pub moves: u64,
+    /// Seconds since they last moved (null: never).
+    pub last_moved_s_ago: Option<f64>,
 }
 
 /// `PATCH /v1/groups/{name}`.

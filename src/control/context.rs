@@ -49,16 +49,16 @@ pub struct Control {
     /// holding it (readers take `state` and then, for an instant, `config`).
     changing: Mutex<()>,
     pub state_path: PathBuf,
-    state: Mutex<RuntimeState>,
+    pub(super) state: Mutex<RuntimeState>,
     /// Woken after QoS/model changes.
     pub planner: Option<std::thread::Thread>,
     rates: Mutex<Rates>,
     started: Instant,
     /// The model measured at start-up, when the config gives none.
-    calibrated: Option<Calibration>,
+    pub(super) calibrated: Option<Calibration>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -156,6 +156,7 @@ impl Control {
 
     fn model_view(&self, st: &RuntimeState) -> ModelView {
         let Sourced { value, source } = self.model_sourced(st);
+        let now_ns = self.qos.now_ns();
         ModelView {
             value,
             source,
@@ -163,11 +164,24 @@ impl Control {
                 .calibrated
                 .clone()
                 .filter(|_| source == Source::Calibrated),
+            learned: self
+                .qos
+                .learned()
+                .map(|m| super::learned::learned_view(&m, now_ns)),
         }
     }
 
-    /// A runtime model, else the calibrated one, else the config's.
+    /// The learned model once it moved (or was resumed), else a runtime model, else the
+    /// calibrated one, else the config's.
     fn model_sourced(&self, st: &RuntimeState) -> Sourced<ModelConfig> {
+        if let Some(m) = self.qos.learned() {
+            if m.status.moves > 0 || st.learned.is_some() {
+                return Sourced {
+                    value: m.model,
+                    source: Source::Learned,
+                };
+            }
+        }
         match (&st.model, &self.calibrated) {
             (None, Some(c)) => Sourced {
                 value: c.model.clone(),
@@ -273,6 +287,7 @@ impl Control {
                     .map_err(in_state_file)?;
             }
         }
+        self.start_learning(&mut st)?;
         if st != before {
             st.save(&self.state_path)
                 .map_err(|e| format!("state file {}: {e}", self.state_path.display()))?;
@@ -362,9 +377,14 @@ impl Control {
             .validate()
             .map_err(|e| ApiError::from_validation(&e))?;
         self.commit(
-            |s| s.model = Some(model.clone()),
+            |s| {
+                s.model = Some(model.clone());
+                s.learned = None;
+            },
             || self.qos.set_model(&model).map_err(ApiError::from_qos),
         )?;
+        self.start_learning(&mut lock(&self.state))
+            .map_err(ApiError::internal)?;
         self.kick_planner();
         tracing::info!(?model, "control: device model changed");
         Ok(self.device())

@@ -431,11 +431,13 @@ pub fn run(args: &CtlArgs) -> Result<(), String> {
             set("min", min.map(Value::from));
             set("max", max.map(Value::from));
             set("protect", protect.clone().map(Value::from));
-            let device = if changed {
+            let mut device = if changed {
                 api.ok("PUT", "/v1/device/qos", Some(&qos))?
             } else {
                 device
             };
+            // The model with the learner's estimate, where there is one.
+            device["model"] = api.ok("GET", "/v1/device/model", None)?;
             if args.json {
                 return print_json(&device);
             }

@@ -99,7 +99,32 @@ pub fn format_qos(device: &Value) -> String {
         device["vrate_pct"].as_f64().unwrap_or(0.0),
         device["busy_level"],
         device["period_us"],
-    )
+    ) + &format_learned(&device["model"]["learned"])
+}
+
+/// The learner's estimate, one line per coefficient (nothing while the model is pinned).
+fn format_learned(learned: &Value) -> String {
+    let Some(coefs) = learned["coefs_ns"].as_object() else {
+        return String::new();
+    };
+    let mut s = format!(
+        "learning: {} saturated windows, {} moves, last {}\n",
+        learned["saturated_windows"],
+        learned["moves"],
+        learned["last_moved_s_ago"]
+            .as_f64()
+            .map_or("never".to_string(), |t| format!("{t:.1}s ago")),
+    );
+    for (name, ns) in coefs {
+        let se = learned["stderr_pct"][name]
+            .as_f64()
+            .map_or("not estimated yet".to_string(), |p| format!("±{p:.1}%"));
+        s += &format!(
+            "  {name:<8} {:>10.1} ns  {se}\n",
+            ns.as_f64().unwrap_or(0.0)
+        );
+    }
+    s
 }
 
 /// One `stats`/`top` frame.

@@ -25,6 +25,9 @@
 //! | `vhost_iocost_volume_latency_seconds` | histogram | device latency since start (bounds are powers of two µs) |
 //! | `vhost_iocost_device_vrate_percent`, `..._busy_level`, `..._period_seconds` | gauge | device |
 //! | `vhost_iocost_device_contended_periods_total`, `..._contended_periods_missed_total` | counter | periods where QoS arbitrated, and those that missed a latency target |
+//! | `vhost_iocost_model_coefficient_seconds{coef}` | gauge | the cost model's six coefficients (`rpage`, `rseqio`, `rrandio`, `wpage`, `wseqio`, `wrandio`), device seconds |
+//! | `vhost_iocost_model_learned_stderr_ratio{coef}` | gauge | while learning: each coefficient's standard error over its estimate (absent: not estimated yet) |
+//! | `vhost_iocost_model_learned_moves_total` | counter | while learning: times the coefficients moved |
 
 use super::context::Control;
 use super::filter::VolumeFilter;
@@ -314,8 +317,52 @@ impl Collector for ControlCollector {
             let c = ConstCounter::new(value);
             c.encode(enc.encode_descriptor(name, help, None, c.metric_type())?)?;
         }
-        Ok(())
+        encode_model(&self.0, &mut enc)
     }
+}
+
+/// The cost model's coefficients and, while it learns, the learner's confidence.
+fn encode_model(ctl: &Control, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    use crate::cost_model::learn::{coefs_ns, COEF_NAMES};
+    let learned = ctl.qos.learned();
+    let coefs = match &learned {
+        Some(m) => m.status.coefs_ns,
+        None => coefs_ns(&ctl.model().value.linear_params()),
+    };
+    let series = |value: &dyn Fn(usize) -> Option<f64>| -> Vec<(Labels, ConstGauge<f64>)> {
+        (0..COEF_NAMES.len())
+            .filter_map(|k| {
+                value(k).map(|v| {
+                    (
+                        vec![("coef", COEF_NAMES[k].to_string())],
+                        ConstGauge::new(v),
+                    )
+                })
+            })
+            .collect()
+    };
+    family(
+        enc,
+        "vhost_iocost_model_coefficient_seconds",
+        "Cost-model coefficient: device time per 4 KiB page or per request.",
+        &series(&|k| Some(coefs[k] / 1e9)),
+    )?;
+    let Some(m) = learned else {
+        return Ok(());
+    };
+    family(
+        enc,
+        "vhost_iocost_model_learned_stderr_ratio",
+        "Standard error of a learned coefficient over its estimate.",
+        &series(&|k| m.status.se[k].is_finite().then_some(m.status.se[k])),
+    )?;
+    let moves = ConstCounter::new(m.status.moves);
+    moves.encode(enc.encode_descriptor(
+        "vhost_iocost_model_learned_moves",
+        "Times the learned coefficients moved.",
+        None,
+        moves.metric_type(),
+    )?)
 }
 
 /// Encode every metric as text.

@@ -8,6 +8,7 @@
 //!   removing volumes and groups;
 //! * [`state`]: the state file that makes runtime changes persistent;
 //! * [`calibrated`]: the calibrated model, measured at start-up and kept in the state file;
+//! * [`learned`]: the learned model: what it learns from, where it resumes;
 //! * [`metrics`]: `GET /metrics`;
 //! * [`client`] and [`ctl`]: the command-line client.
 //!
@@ -23,6 +24,7 @@ pub mod ctl_format;
 pub mod error;
 pub mod filter;
 pub(crate) mod handlers;
+pub mod learned;
 pub(crate) mod metrics;
 pub(crate) mod nodes;
 pub mod server;
@@ -56,6 +58,11 @@ pub fn start(
         .with_calibration(calibration),
     );
     ctl.restore()?;
+    let keeper = Arc::clone(&ctl);
+    *daemon
+        .learned_sink
+        .lock()
+        .unwrap_or_else(|e| e.into_inner()) = Some(Box::new(move |m| keeper.keep_learned(m)));
     let Some(socket) = &config.control.socket else {
         return Ok(None);
     };

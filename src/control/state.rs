@@ -14,7 +14,8 @@
 //!   "groups":  { "tenant-a": { "weight": 300, "caps": { "iops": 10000 } } },  // PATCH /v1/groups/..
 //!   "volumes": { "vm1-root": { "weight": 50, "group": "tenant-a",            // PATCH /v1/volumes/..
 //!                              "class": "background", "reserve": { "pct": 5.0 } } },
-//!   "calibrated": { "device": "/dev/nvme0n1", "size": ..., "model": {...}, ... }
+//!   "calibrated": { "device": "/dev/nvme0n1", "size": ..., "model": {...}, ... },
+//!   "learned": { "device": "/dev/nvme0n1", "base": {...}, "model": { "rbps": ..., ... } }
 //! }
 //! ```
 //!
@@ -101,6 +102,9 @@ pub struct RuntimeState {
     /// The model measured at start-up when the config gives none (`crate::calibration`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calibrated: Option<Calibration>,
+    /// The model learned from live traffic (`super::learned`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learned: Option<super::learned::LearnedEntry>,
     /// Groups added at run time (`POST /v1/groups`), as `[[group]]` tables.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub added_groups: Vec<GroupConfig>,
@@ -122,6 +126,7 @@ impl Default for RuntimeState {
             groups: BTreeMap::new(),
             volumes: BTreeMap::new(),
             calibrated: None,
+            learned: None,
             added_groups: Vec::new(),
             added_volumes: Vec::new(),
             removed: Vec::new(),

@@ -13,9 +13,15 @@
 //! flush_factor = 2.0             # flush = this many 4 KiB random writes
 //! discard_page_factor = 0.015625 # discard per-page cost relative to a written page
 //! write_zeroes_page_factor = 0.125
+//! learn = true                   # refine the six numbers from live traffic
 //! ```
 //!
 //! The preset also supplies the default latency target of `[device.qos]`.
+//!
+//! `learn` defaults to true for a preset or a calibrated model (both are guesses about
+//! this device's writes) and to false when the six numbers are given (the operator's
+//! measurement stays pinned unless `learn = true` is set too); see
+//! [`super::learn`].
 
 use serde::{Deserialize, Serialize};
 
@@ -59,6 +65,9 @@ pub struct ModelConfig {
     /// Write-zeroes per-page cost relative to a written page (default 1/8).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub write_zeroes_page_factor: Option<f64>,
+    /// Refine the six numbers from live traffic (default: unless the six are given).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub learn: Option<bool>,
 }
 
 impl ModelConfig {
@@ -72,6 +81,22 @@ impl ModelConfig {
             wseqiops: Some(p.wseqiops),
             wrandiops: Some(p.wrandiops),
             ..ModelConfig::default()
+        }
+    }
+
+    /// Whether the model is learned: as `learn` says, else unless the six are given.
+    pub fn learns(&self) -> bool {
+        self.learn.unwrap_or(self.rbps.is_none())
+    }
+
+    /// This configuration with the non-data prices and preset of `other`.
+    pub fn with_non_data_of(self, other: &ModelConfig) -> Self {
+        ModelConfig {
+            preset: other.preset,
+            flush_factor: other.flush_factor,
+            discard_page_factor: other.discard_page_factor,
+            write_zeroes_page_factor: other.write_zeroes_page_factor,
+            ..self
         }
     }
 
@@ -216,6 +241,16 @@ mod tests {
             .validate()
             .unwrap_err();
         assert!(e.starts_with("device.model.flush_factor"), "{e}");
+    }
+
+    #[test]
+    fn learns_unless_the_six_numbers_are_given() {
+        assert!(parse("").unwrap().learns());
+        assert!(parse("preset = \"hdd\"").unwrap().learns());
+        assert!(!parse("learn = false").unwrap().learns());
+        let six = "rbps = 1000000\nrseqiops = 100\nrrandiops = 50\nwbps = 1000000\nwseqiops = 100\nwrandiops = 50\n";
+        assert!(!parse(six).unwrap().learns());
+        assert!(parse(&format!("{six}learn = true")).unwrap().learns());
     }
 
     #[test]

@@ -173,6 +173,16 @@ fn to_fixed(factor: f64) -> u64 {
     (factor.max(0.0) * FACTOR_ONE as f64).round() as u64
 }
 
+/// Whether a request at `offset` is sequential: within [`RANDIO_PAGES`] of where the
+/// volume's previous request ended (`prev_end`). The first request of a volume counts as
+/// sequential (kernel: cursor 0).
+pub fn is_sequential(offset: u64, prev_end: Option<u64>) -> bool {
+    match prev_end {
+        None => true,
+        Some(prev) => (offset.abs_diff(prev) >> PAGE_SHIFT) <= RANDIO_PAGES,
+    }
+}
+
 /// The linear model.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LinearModel {
@@ -225,14 +235,6 @@ impl LinearModel {
         self.flush_cost
     }
 
-    fn is_sequential(input: &CostInput) -> bool {
-        match input.prev_end {
-            // The first request of a volume counts as sequential (kernel: cursor 0).
-            None => true,
-            Some(prev) => (input.offset.abs_diff(prev) >> PAGE_SHIFT) <= RANDIO_PAGES,
-        }
-    }
-
     fn scaled_pages(pages: u64, page: u64, fixed: u64) -> u64 {
         let v = u128::from(pages) * u128::from(page) * u128::from(fixed) / u128::from(FACTOR_ONE);
         u64::try_from(v).unwrap_or(u64::MAX)
@@ -253,7 +255,7 @@ impl CostModel for LinearModel {
                 } else {
                     (c.wseqio, c.wrandio, c.wpage)
                 };
-                let base = if Self::is_sequential(input) {
+                let base = if is_sequential(input.offset, input.prev_end) {
                     seqio
                 } else {
                     randio

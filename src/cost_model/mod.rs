@@ -19,6 +19,7 @@
 //! * [`config`]: the `[device.model]` configuration section.
 
 pub(crate) mod config;
+pub mod learn;
 pub(crate) mod linear;
 pub(crate) mod model;
 pub(crate) mod presets;

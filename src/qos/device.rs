@@ -117,6 +117,9 @@ pub(crate) struct DeviceShared {
     /// budget, or latency was rising above its floor. Background volumes then get only
     /// their floor (design §13).
     pub hold_background: std::sync::atomic::AtomicBool,
+    /// Completions summed for the cost-model learner, and the learner itself (None:
+    /// the model is pinned). See [`super::learned`].
+    pub learning: super::learned::Learning,
     state: Mutex<DeviceState>,
 }
 
@@ -349,6 +352,7 @@ impl QosDevice {
                 alone_from_ns: AtomicU64::new(0),
                 foreground_active,
                 hold_background: std::sync::atomic::AtomicBool::new(false),
+                learning: Default::default(),
                 state: Mutex::new(state),
             }),
         }
@@ -1022,7 +1026,7 @@ impl QosDevice {
     }
 
     /// [`QosDevice::check_reservations`] naming the volume with the largest reservation.
-    fn check_all_reservations(
+    pub(super) fn check_all_reservations(
         st: &DeviceState,
         model: &dyn CostModel,
         min_pct: f64,
@@ -1040,7 +1044,7 @@ impl QosDevice {
     }
 
     /// Publish a new configuration; called with the device lock held.
-    fn publish(
+    pub(super) fn publish(
         &self,
         st: &mut DeviceState,
         params: QosParams,

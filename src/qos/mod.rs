@@ -47,7 +47,8 @@
 //! * [`device`]: [`QosDevice`]; [`volume`]: [`VolumeQos`] and the issue path;
 //! * [`request`]: the request/decision types; [`stats`]: statistics snapshots;
 //! * [`caps`], [`class`], [`reserve`]: hard limits, the background class and
-//!   reservations (design §12–§14).
+//!   reservations (design §12–§14);
+//! * [`learned`]: the cost-model learner's tap and its published moves.
 //!
 //! # Deviations from the kernel, in one place
 //!
@@ -84,6 +85,7 @@ pub(crate) mod config;
 pub(crate) mod device;
 pub(crate) mod error;
 pub(crate) mod histogram;
+pub(crate) mod learned;
 pub(crate) mod params;
 pub(crate) mod request;
 pub(crate) mod reserve;
@@ -100,6 +102,7 @@ pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use config::{Protect, QosConfig};
 pub use device::{NodeInfo, QosDevice};
 pub use error::QosError;
+pub use learned::LearnedModel;
 pub use params::QosParams;
 pub use request::{Charge, Decision, IoRequest, Timing};
 pub use reserve::{reservable_ppm, ReserveConfig};

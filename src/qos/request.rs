@@ -31,6 +31,8 @@ pub struct Charge {
     pub abs_cost: u64,
     /// Counted in a background volume's device time in flight (design §13).
     pub background: bool,
+    /// Priced as sequential (near where the volume's previous request ended).
+    pub seq: bool,
 }
 
 /// When an admitted request passed each stage, in ns on the QoS clock.

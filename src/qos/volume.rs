@@ -441,6 +441,7 @@ impl VolumeQos {
     /// the histogram lock are touched once per batch, not once per request.
     pub fn complete_batch(&self, done: &[(Charge, Timing)]) {
         let dev = &*self.dev;
+        super::learned::record(&dev.learning, done);
         let v = &*self.core;
         let cfg = dev.cfg();
         let (mut cost, mut rq_wait_ns, mut lat_sum_us) = (0u64, 0u64, [0u64; 2]);
@@ -618,6 +619,8 @@ impl VolumeQos {
             let total = v.abs_vusage.load(Relaxed).wrapping_add(usage);
             v.abs_vusage.store(total, Relaxed);
         }
+        let prev_end = v.cursor.load(Relaxed).checked_sub(1);
+        let seq = crate::cost_model::linear::is_sequential(io.offset, prev_end);
         if io.kind != IoKind::Flush {
             v.cursor
                 .store(io.offset.saturating_add(io.len).wrapping_add(1), Relaxed);
@@ -638,6 +641,7 @@ impl VolumeQos {
             cost,
             abs_cost: abs,
             background,
+            seq,
         })
     }
 

@@ -12,3 +12,4 @@ mod devices;
 mod disk;
 mod duty_cycle;
 mod emulated;
+mod learning;

@@ -19,6 +19,7 @@ mod handover;
 mod hostile;
 mod hot_plug;
 mod huge_pages;
+mod learned_model;
 mod libvirt;
 mod malformed;
 mod migration;

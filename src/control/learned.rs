@@ -1,0 +1,122 @@
+//! The learned cost model in the control plane: which model is learned from, where the
+//! learner starts, and its place in the state file.
+//!
+//! The model learned from (the *base*) is the one otherwise in effect: a runtime model,
+//! else the calibrated one, else the config's. It learns when its `learn` says so, else
+//! when it is a preset or a calibration (guesses about this device's writes); six
+//! numbers the operator gave stay pinned. Each move is kept in the state file with the
+//! device and base it was learned from, and the next start on the same device and base
+//! resumes from it; a new base (a `PUT /v1/device/model`) starts learning afresh.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+use super::api::LearnedView;
+use super::context::{lock, Control};
+use super::state::RuntimeState;
+use crate::cost_model::learn::COEF_NAMES;
+use crate::cost_model::ModelConfig;
+use crate::qos::LearnedModel;
+
+/// A learned model kept in the state file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LearnedEntry {
+    /// The device it was learned on (its path).
+    pub device: String,
+    /// The model it was learned from.
+    pub base: ModelConfig,
+    /// The six numbers learned.
+    pub model: ModelConfig,
+}
+
+impl Control {
+    /// The model learned from, and whether it learns.
+    fn learning_base(&self, st: &RuntimeState) -> (ModelConfig, bool) {
+        let calibrated = self.calibrated.as_ref().map(|c| &c.model);
+        let base = match (&st.model, calibrated) {
+            (Some(m), _) => m.clone(),
+            (None, Some(c)) => ModelConfig {
+                learn: self.config().device.model.learn,
+                ..c.clone()
+            },
+            (None, None) => self.config().device.model.clone(),
+        };
+        let learns = base
+            .learn
+            .unwrap_or(base.rbps.is_none() || (st.model.is_none() && calibrated.is_some()));
+        (base, learns)
+    }
+
+    fn device_name(&self) -> String {
+        let d = &self.config().device;
+        match &d.path {
+            Some(p) => p.display().to_string(),
+            None => format!("{:?}", d.kind),
+        }
+    }
+
+    /// Starts (or stops) learning as the model in effect says, resuming from the state
+    /// file's learned model when it was learned on this device from this base; a stale
+    /// one is dropped from `st`.
+    pub(super) fn start_learning(&self, st: &mut RuntimeState) -> Result<(), String> {
+        self.qos.stop_learning();
+        let (base, learns) = self.learning_base(st);
+        let device = self.device_name();
+        let resume = st
+            .learned
+            .as_ref()
+            .filter(|e| learns && e.device == device && e.base == base)
+            .map(|e| e.model.linear_params());
+        if resume.is_none() {
+            st.learned = None;
+        }
+        if !learns {
+            return Ok(());
+        }
+        self.qos
+            .start_learning(&base, resume)
+            .map_err(|e| format!("learned model: {e}"))?;
+        if resume.is_some() {
+            tracing::info!(device = %device, "device.model: resuming from the learned model in the state file");
+        }
+        Ok(())
+    }
+
+    /// Keeps a move of the learned model in the state file.
+    pub fn keep_learned(&self, m: &LearnedModel) {
+        let mut st = lock(&self.state);
+        let (base, _) = self.learning_base(&st);
+        st.learned = Some(LearnedEntry {
+            device: self.device_name(),
+            base,
+            model: m.model.clone(),
+        });
+        if let Err(e) = st.save(&self.state_path) {
+            tracing::warn!(path = %self.state_path.display(), "cannot keep the learned model in the state file: {e}");
+        }
+    }
+}
+
+/// The learner's status as `GET /v1/device/model` shows it; `now_ns` on the QoS clock.
+pub fn learned_view(m: &LearnedModel, now_ns: u64) -> LearnedView {
+    let s = &m.status;
+    let named = |f: &dyn Fn(usize) -> Option<f64>| -> BTreeMap<String, Option<f64>> {
+        (0..COEF_NAMES.len())
+            .map(|k| (COEF_NAMES[k].to_string(), f(k)))
+            .collect()
+    };
+    LearnedView {
+        coefs_ns: named(&|k| Some((s.coefs_ns[k] * 10.0).round() / 10.0)),
+        stderr_pct: named(&|k| {
+            s.se[k]
+                .is_finite()
+                .then(|| (s.se[k] * 1000.0).round() / 10.0)
+        }),
+        saturated_windows: s.windows,
+        moves: s.moves,
+        last_moved_s_ago: s
+            .moved_at_ns
+            .map(|t| (now_ns.saturating_sub(t) / 100_000_000) as f64 / 10.0),
+    }
+}
