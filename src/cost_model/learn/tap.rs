@@ -140,22 +140,16 @@ impl LearnTap {
             .min(self.floors[1][class].load(Relaxed))
     }
 
-    /// The device's floor: the lowest of any class.
-    fn device_floor(&self) -> u64 {
-        (0..CLASSES)
-            .map(|c| self.floor(c))
-            .min()
-            .unwrap_or(u64::MAX)
-    }
-
     /// Records `device_ns` in the floors and says whether the request queued.
     fn queued(&self, class: usize, device_ns: u64) -> bool {
         let floor = self.floor(class);
         if device_ns < floor {
-            self.floors[self.generation.load(Relaxed)][class].fetch_min(device_ns, Relaxed);
+            let current = &self.floors[self.generation.load(Relaxed)];
+            current[class].fetch_min(device_ns, Relaxed);
+            current[DEVICE].fetch_min(device_ns, Relaxed);
             return false;
         }
-        device_ns - floor > self.device_floor()
+        device_ns - floor > self.floor(DEVICE)
     }
 }
 
