@@ -66,6 +66,9 @@ impl Daemon {
             faults: FaultPlan::new(config.device.emulated.as_ref().map_or(&[], |e| &e.faults)),
             poll_max_ns: config.device.poll_max.0 * 1_000,
         });
+        if let Some(crash) = config.device.emulated.as_ref().and_then(|e| e.crash) {
+            crate::emulated::crash::arm(crash);
+        }
         if !shared.faults.is_empty() {
             tracing::warn!(
                 rules = ?config.device.emulated.as_ref().map(|e| &e.faults),

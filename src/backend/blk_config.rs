@@ -34,8 +34,8 @@ pub fn features(read_only: bool) -> u64 {
 }
 
 /// vhost-user protocol features. QEMU needs CONFIG; libblkio needs REPLY_ACK, CONFIG and
-/// CONFIGURE_MEM_SLOTS; MQ for more than one queue. INFLIGHT_SHMFD is not offered: the
-/// vhost-user-backend crate cannot serve it.
+/// CONFIGURE_MEM_SLOTS; MQ for more than one queue. QEMU and cloud-hypervisor keep an
+/// inflight region when INFLIGHT_SHMFD is offered, so a killed daemon loses nothing.
 pub fn protocol_features() -> VhostUserProtocolFeatures {
     VhostUserProtocolFeatures::MQ
         | VhostUserProtocolFeatures::REPLY_ACK
@@ -45,6 +45,9 @@ pub fn protocol_features() -> VhostUserProtocolFeatures {
         | VhostUserProtocolFeatures::BACKEND_REQ
         // The dirty log of a migration, shared as a file (SET_LOG_BASE).
         | VhostUserProtocolFeatures::LOG_SHMFD
+        // A log of the requests in flight that the frontend keeps across a restart of the
+        // daemon (super::inflight_log).
+        | VhostUserProtocolFeatures::INFLIGHT_SHMFD
 }
 
 /// The fields of `struct virtio_blk_config` we fill.

@@ -46,7 +46,7 @@ impl Tokens {
 }
 
 pub struct VolumeBackend<A: Admission> {
-    volume: Arc<Volume<A>>,
+    pub(super) volume: Arc<Volume<A>>,
     /// One per worker thread, indexed like `queues_per_thread`.
     workers: Vec<Mutex<Worker<A>>>,
     /// The guest queues each worker serves, a bit per queue (`queues_per_thread`). The
@@ -79,6 +79,9 @@ pub struct VolumeBackend<A: Admission> {
     /// The last memory table accepted: its regions hold the migration log, if one was
     /// set, for the next table's regions ([`super::dirty_log::carry_over`]).
     seen_mem: Mutex<Option<Arc<Mem>>>,
+    /// The inflight-tracking region of this connection, if its frontend set one up
+    /// ([`super::vhost_inflight`]).
+    inflight: Mutex<Option<Arc<super::inflight_log::Region>>>,
 }
 
 /// A memory table's regions registered with the SIGBUS handler, until the next table
@@ -130,6 +133,7 @@ impl<A: Admission> VolumeBackend<A> {
             exit_evt: vmm_sys_util::eventfd::EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC)?,
             backend_req: Mutex::new(None),
             seen_mem: Mutex::new(None),
+            inflight: Mutex::new(None),
             volume,
         })
     }
@@ -258,6 +262,24 @@ impl<A: Admission> VolumeBackend<A> {
     }
 
     /// Worker `thread`'s state.
+    /// The inflight-tracking region of this connection.
+    pub(super) fn inflight_region(
+        &self,
+    ) -> MutexGuard<'_, Option<Arc<super::inflight_log::Region>>> {
+        self.inflight.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The worker thread serving guest queue `queue`, and its own number for it.
+    pub(super) fn thread_of(&self, queue: u16) -> (usize, u16) {
+        let n = self.workers.len().max(1) as u16;
+        (usize::from(queue % n), queue / n)
+    }
+
+    /// The memory table in use.
+    pub(super) fn current_memory(&self) -> Arc<Mem> {
+        self.mem.load()
+    }
+
     pub fn worker(&self, thread: usize) -> MutexGuard<'_, Worker<A>> {
         self.workers[thread]
             .lock()
@@ -385,6 +407,26 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
 
     fn protocol_features(&self) -> VhostUserProtocolFeatures {
         blk_config::protocol_features()
+    }
+
+    fn get_inflight_fd(
+        &self,
+        inflight: &vhost::vhost_user::message::VhostUserInflight,
+    ) -> io::Result<(vhost::vhost_user::message::VhostUserInflight, std::fs::File)> {
+        self.inflight_get(inflight)
+    }
+
+    fn set_inflight_fd(
+        &self,
+        inflight: &vhost::vhost_user::message::VhostUserInflight,
+        file: std::fs::File,
+    ) -> io::Result<()> {
+        self.inflight_set(inflight, file)
+    }
+
+    /// A queue starts: recovered from the inflight log when the frontend keeps one.
+    fn start_vring(&self, queue_index: u32, vring: &Vring) -> io::Result<()> {
+        self.inflight_start(queue_index, vring)
     }
 
     /// The vhost-user-backend crate applies EVENT_IDX to the vrings itself.

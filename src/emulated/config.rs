@@ -12,7 +12,8 @@
 //! channels = 8           # requests served in parallel
 //! ```
 //!
-//! `[[device.emulated.faults]]` adds device errors on demand ([`super::faults`]).
+//! `[[device.emulated.faults]]` adds device errors on demand ([`super::faults`]),
+//! `[device.emulated.crash]` a point where the daemon kills itself ([`super::crash`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -42,6 +43,9 @@ pub struct EmulatedConfig {
     /// Device errors on demand.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<FaultRule>,
+    /// Where the daemon kills itself, for recovery tests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crash: Option<super::crash::CrashConfig>,
 }
 
 fn default_base_latency() -> DurationUs {
@@ -83,6 +87,9 @@ impl EmulatedConfig {
         }
         for (at, rule) in self.faults.iter().enumerate() {
             rule.validate(at)?;
+        }
+        if let Some(crash) = &self.crash {
+            crash.validate()?;
         }
         Ok(())
     }

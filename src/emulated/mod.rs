@@ -24,6 +24,7 @@
 //! leaves the reader its solo speed; what QoS achieves depends only on how well it paces.
 
 mod config;
+pub mod crash;
 pub(crate) mod faults;
 
 pub use config::EmulatedConfig;

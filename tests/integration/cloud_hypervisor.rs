@@ -23,8 +23,11 @@
 //! 0, one range at GPA 0 and one at 4 GiB. The ranges are small, sparse memfds. A third
 //! memfd is the memory that gets hot-plugged.
 //!
-//! Left out: migration and the dirty log (the daemon offers neither LOG_ALL nor
-//! LOG_SHMFD), and INFLIGHT_SHMFD and DEVICE_STATE (not offered either, so CH skips them).
+//! Inflight tracking (INFLIGHT_SHMFD) as CH does it: at activation, after the
+//! SET_VRING_NUMs, GET_INFLIGHT_FD once per device and SET_INFLIGHT_FD with the reply,
+//! and on every later activation and reconnect SET_INFLIGHT_FD with the same region.
+//!
+//! Left out: migration and DEVICE_STATE (not offered, so CH skips it).
 //!
 //! Completions are awaited on the call eventfd with `poll(2)` and a timeout, never by
 //! sleeping.
@@ -32,8 +35,11 @@
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
+use std::os::fd::AsRawFd;
+
 use vhost::vhost_user::message::{
-    VhostUserConfigFlags, VhostUserHeaderFlag, VhostUserProtocolFeatures, VhostUserVirtioFeatures,
+    VhostUserConfigFlags, VhostUserHeaderFlag, VhostUserInflight, VhostUserProtocolFeatures,
+    VhostUserVirtioFeatures,
 };
 use vhost::vhost_user::{Frontend, VhostUserFrontend};
 use vhost::{VhostBackend, VhostUserMemoryRegionInfo};
@@ -145,8 +151,8 @@ fn expected_shared_features(num_queues: usize) -> u64 {
 }
 
 /// CH's protocol features intersected with the daemon's offer: MQ | REPLY_ACK | CONFIG |
-/// CONFIGURE_MEM_SLOTS | LOG_SHMFD. (CH never asks for BACKEND_REQ.)
-const EXPECTED_PROTOCOL_FEATURES: u64 = 0x820B;
+/// CONFIGURE_MEM_SLOTS | LOG_SHMFD | INFLIGHT_SHMFD. (CH never asks for BACKEND_REQ.)
+const EXPECTED_PROTOCOL_FEATURES: u64 = 0x920B;
 
 /// Which of the features offered to the guest the Linux virtio-blk driver acks. It acks
 /// every offered bit it knows, which here means all of them except PROTOCOL_FEATURES (a
@@ -183,7 +189,7 @@ const PAUSE_PROBE: Duration = Duration::from_millis(300);
 
 /// A guest RAM range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Ram {
+pub(crate) enum Ram {
     Low,
     High,
     Hotplug,
@@ -208,12 +214,12 @@ impl Ram {
 /// `queues[i]`. Linux sets up queues 0..k, one per vCPU, so a subset is always a prefix).
 /// Each queue's kick (ioeventfd) and call (irqfd) are kept across resets and reconnects,
 /// as CH keeps them.
-struct Guest {
-    mem: GuestMemoryMmap<()>,
+pub(crate) struct Guest {
+    pub(crate) mem: GuestMemoryMmap<()>,
     /// How many ranges (in address order) the VMM has shared with the backend. The
     /// hot-pluggable range is shared only once plugged.
     plugged: usize,
-    queues: Vec<Vq>,
+    pub(crate) queues: Vec<Vq>,
     /// Buffer allocation per range, for `alloc`.
     buffers: [Arena; 3],
 }
@@ -281,45 +287,45 @@ impl Guest {
     }
 
     /// The used index the device has published on queue `q`.
-    fn used_idx(&self, q: usize) -> u16 {
+    pub(crate) fn used_idx(&self, q: usize) -> u16 {
         self.queues[q].used_idx(&self.mem)
     }
 
     /// Reserves `len` zeroed bytes in `ram` (4 KiB aligned from 4 KiB up).
-    fn alloc(&mut self, ram: Ram, len: usize) -> u64 {
+    pub(crate) fn alloc(&mut self, ram: Ram, len: usize) -> u64 {
         self.buffers[ram.index()].alloc(&self.mem, len)
     }
 
     /// Allocates guest RAM in `ram` holding `bytes`.
-    fn put(&mut self, ram: Ram, bytes: &[u8]) -> u64 {
+    pub(crate) fn put(&mut self, ram: Ram, bytes: &[u8]) -> u64 {
         self.buffers[ram.index()].put(&self.mem, bytes)
     }
 
-    fn read(&self, addr: u64, len: usize) -> Vec<u8> {
+    pub(crate) fn read(&self, addr: u64, len: usize) -> Vec<u8> {
         virtqueue::read(&self.mem, addr, len)
     }
 
     /// Places `chain` in queue `q`'s descriptor table and publishes it (no kick).
     /// Returns the head index.
-    fn submit(&mut self, q: usize, chain: &[Desc]) -> u16 {
+    pub(crate) fn submit(&mut self, q: usize, chain: &[Desc]) -> u16 {
         self.queues[q].submit(&self.mem, chain)
     }
 
     /// The guest's notification (with CH, a write to the queue's ioeventfd).
-    fn kick(&self, q: usize) {
+    pub(crate) fn kick(&self, q: usize) {
         self.queues[q].notify();
     }
 
     /// Waits (on the call eventfd) for the next used entry of queue `q` and returns it,
     /// freeing its descriptors. Linux acks EVENT_IDX, so used_event is always set.
     #[track_caller]
-    fn wait_used(&mut self, q: usize) -> Used {
+    pub(crate) fn wait_used(&mut self, q: usize) -> Used {
         self.queues[q].wait_used(&self.mem, 1, true)[0]
     }
 
     /// Whether queue `q` stays without a new used entry, and without a notification
     /// that announces one, for `probe`.
-    fn no_completion_within(&self, q: usize, probe: Duration) -> bool {
+    pub(crate) fn no_completion_within(&self, q: usize, probe: Duration) -> bool {
         let vq = &self.queues[q];
         let before = vq.used_seen();
         assert_eq!(
@@ -355,7 +361,7 @@ impl Guest {
     /// Writes `data` at `sector` on queue `q`, with header, data and status in `ram`;
     /// returns the status.
     #[track_caller]
-    fn write_sectors(&mut self, q: usize, ram: Ram, sector: u64, data: &[u8]) -> u8 {
+    pub(crate) fn write_sectors(&mut self, q: usize, ram: Ram, sector: u64, data: &[u8]) -> u8 {
         let hdr = self.put(ram, &header(T_OUT, sector));
         let buf = self.put(ram, data);
         let status = self.put(ram, &[STATUS_UNSET]);
@@ -411,9 +417,18 @@ struct BlkState {
     backend_num_queues: u64,
 }
 
+/// CH's `Inflight`: the inflight region the backend gave at the first activation, kept
+/// for the device's lifetime (`VhostUserCommon::inflight`).
+struct Inflight {
+    reply: VhostUserInflight,
+    file: std::fs::File,
+}
+
 /// CH's `VhostUserHandle`: one connection to the backend.
 struct VhostUserHandle {
     vu: Frontend,
+    /// The protocol features acked on this connection.
+    acked_protocol: u64,
     /// GET_FEATURES' answer on this connection.
     backend_features: u64,
     /// The queues the last activation set up (`queue_indexes`).
@@ -436,6 +451,7 @@ impl VhostUserHandle {
         let backend_features = ok("GET_FEATURES", vu.get_features());
         VhostUserHandle {
             vu,
+            acked_protocol: 0,
             backend_features,
             queue_indexes: Vec::new(),
         }
@@ -443,7 +459,11 @@ impl VhostUserHandle {
 
     /// `Blk::new` (E.2): connect, negotiate, GET_QUEUE_NUM, GET_CONFIG. Returns the
     /// connection, what CH keeps, and the config space as read.
-    fn create(socket: &str, num_queues: usize) -> (Self, BlkState, Vec<u8>) {
+    fn create(
+        socket: &str,
+        num_queues: usize,
+        allowed: VhostUserProtocolFeatures,
+    ) -> (Self, BlkState, Vec<u8>) {
         let mut h = Self::connect(socket, num_queues);
 
         // negotiate_features_vhost_user: GET/SET_PROTOCOL_FEATURES without NEED_REPLY,
@@ -454,12 +474,13 @@ impl VhostUserHandle {
             if avail_features & VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits() != 0 {
                 let offered = ok("GET_PROTOCOL_FEATURES", h.vu.get_protocol_features());
                 backend_protocol_features = offered.bits();
-                let acked = ch_protocol_features() & offered;
+                let acked = ch_protocol_features() & offered & allowed;
                 ok("SET_PROTOCOL_FEATURES", h.vu.set_protocol_features(acked));
                 acked
             } else {
                 VhostUserProtocolFeatures::empty()
             };
+        h.acked_protocol = acked_protocol.bits();
         if acked_protocol.contains(VhostUserProtocolFeatures::REPLY_ACK) {
             h.vu.set_hdr_flags(VhostUserHeaderFlag::NEED_REPLY);
         }
@@ -498,9 +519,10 @@ impl VhostUserHandle {
 
     /// `setup_vhost_user` (E.3), at the guest's DRIVER_OK. `acked_features` is what the
     /// guest acked plus PROTOCOL_FEATURES. SET_VRING_BASE is the avail index in guest
-    /// memory. No GET/SET_INFLIGHT_FD (INFLIGHT_SHMFD is not acked), no
+    /// memory. With INFLIGHT_SHMFD acked, GET_INFLIGHT_FD when `inflight` holds no region
+    /// yet (queue 0's size, the active queues), then SET_INFLIGHT_FD with it. No
     /// SET_BACKEND_REQ_FD.
-    fn setup(&mut self, guest: &Guest, acked_features: u64) {
+    fn setup(&mut self, guest: &Guest, acked_features: u64, inflight: &mut Option<Inflight>) {
         self.queue_indexes.clear();
         // Frontend-only features are masked out.
         ok(
@@ -511,6 +533,22 @@ impl VhostUserHandle {
         ok("SET_MEM_TABLE", self.vu.set_mem_table(&guest.regions()));
         for q in 0..guest.queues.len() {
             ok("SET_VRING_NUM", self.vu.set_vring_num(q, QUEUE_SIZE));
+        }
+        if self.acked_protocol & VhostUserProtocolFeatures::INFLIGHT_SHMFD.bits() != 0 {
+            let region = inflight.get_or_insert_with(|| {
+                let ask = VhostUserInflight {
+                    num_queues: guest.queues.len() as u16,
+                    queue_size: QUEUE_SIZE,
+                    ..Default::default()
+                };
+                let (reply, file) = ok("GET_INFLIGHT_FD", self.vu.get_inflight_fd(&ask));
+                Inflight { reply, file }
+            });
+            ok(
+                "SET_INFLIGHT_FD",
+                self.vu
+                    .set_inflight_fd(&region.reply, region.file.as_raw_fd()),
+            );
         }
         for q in 0..guest.queues.len() {
             let vq = &guest.queues[q];
@@ -558,12 +596,19 @@ impl VhostUserHandle {
     /// GET_FEATURES, SET_PROTOCOL_FEATURES(saved), NEED_REPLY, then E.3. There is no
     /// GET_PROTOCOL_FEATURES, GET_QUEUE_NUM or GET_CONFIG. CH connects with as many
     /// queues as are active.
-    fn reconnect(socket: &str, guest: &Guest, state: &BlkState, acked_features: u64) -> Self {
+    fn reconnect(
+        socket: &str,
+        guest: &Guest,
+        state: &BlkState,
+        acked_features: u64,
+        inflight: &mut Option<Inflight>,
+    ) -> Self {
         let mut h = Self::connect(socket, guest.queues.len());
         if acked_features & VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits() != 0 {
             let saved = VhostUserProtocolFeatures::from_bits(state.acked_protocol_features)
                 .expect("saved protocol features are known bits");
             ok("SET_PROTOCOL_FEATURES", h.vu.set_protocol_features(saved));
+            h.acked_protocol = saved.bits();
             if saved.contains(VhostUserProtocolFeatures::REPLY_ACK) {
                 h.vu.set_hdr_flags(VhostUserHeaderFlag::NEED_REPLY);
             }
@@ -571,38 +616,53 @@ impl VhostUserHandle {
         // With IN_ORDER (and no inflight) CH would restart at the used index and kick;
         // the daemon does not offer IN_ORDER, so the base is the avail index.
         assert_eq!(acked_features & (1u64 << bit::IN_ORDER), 0);
-        h.setup(guest, acked_features);
+        h.setup(guest, acked_features, inflight);
         h
     }
 }
 
 /// A cloud-hypervisor VM with one vhost-user-blk disk: the guest, CH's connection and
 /// what CH keeps across connections.
-struct Vm {
-    guest: Guest,
+pub(crate) struct Vm {
+    pub(crate) guest: Guest,
     vu: VhostUserHandle,
     state: BlkState,
     /// What CH sends in SET_FEATURES. CH's `acked_features` starts as
     /// PROTOCOL_FEATURES (when shared) and the guest driver's ack is added to it.
     acked_features: u64,
+    /// The inflight region, once the first activation got one.
+    inflight: Option<Inflight>,
 }
 
 impl Vm {
     /// `Blk::new` on a device of `num_queues` queues, then the guest driver's DRIVER_OK
     /// with queues `0..active` set up. Returns the VM and the config space read at
     /// creation.
-    fn boot(socket: &str, num_queues: usize, active: usize) -> (Self, Vec<u8>) {
-        let (mut vu, state, config) = VhostUserHandle::create(socket, num_queues);
+    pub(crate) fn boot(socket: &str, num_queues: usize, active: usize) -> (Self, Vec<u8>) {
+        Self::boot_with(socket, num_queues, active, VhostUserProtocolFeatures::all())
+    }
+
+    /// [`Vm::boot`] with CH's protocol features limited to `allowed` (a frontend without
+    /// inflight tracking, for instance).
+    pub(crate) fn boot_with(
+        socket: &str,
+        num_queues: usize,
+        active: usize,
+        allowed: VhostUserProtocolFeatures,
+    ) -> (Self, Vec<u8>) {
+        let (mut vu, state, config) = VhostUserHandle::create(socket, num_queues, allowed);
         let guest = Guest::new(active);
         let acked_features = (state.avail_features
             & VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits())
             | linux_driver_acks(state.avail_features);
-        vu.setup(&guest, acked_features);
+        let mut inflight = None;
+        vu.setup(&guest, acked_features, &mut inflight);
         let vm = Vm {
             guest,
             vu,
             state,
             acked_features,
+            inflight,
         };
         (vm, config)
     }
@@ -616,33 +676,36 @@ impl Vm {
         for (q, &at) in ring_at.iter().enumerate() {
             self.guest.init_queue(q, at);
         }
-        self.vu.setup(&self.guest, self.acked_features);
+        self.vu
+            .setup(&self.guest, self.acked_features, &mut self.inflight);
         bases
     }
 
     /// Closes CH's connection (if still open), then reconnects as after a HUP (E.5).
-    fn reconnect(self, socket: &str) -> Self {
+    pub(crate) fn reconnect(self, socket: &str) -> Self {
         let Vm {
             guest,
             vu,
             state,
             acked_features,
+            mut inflight,
         } = self;
         // Closed without GET_VRING_BASE, as at CH shutdown, or after the backend went
         // away. The daemon serves one frontend at a time, so this must come first.
         drop(vu);
-        let vu = VhostUserHandle::reconnect(socket, &guest, &state, acked_features);
+        let vu = VhostUserHandle::reconnect(socket, &guest, &state, acked_features, &mut inflight);
         Vm {
             guest,
             vu,
             state,
             acked_features,
+            inflight,
         }
     }
 
     /// Writes `data` at `sector` through `ram` on queue `q` and reads it back.
     #[track_caller]
-    fn write_and_verify(&mut self, q: usize, ram: Ram, sector: u64, data: &[u8]) {
+    pub(crate) fn write_and_verify(&mut self, q: usize, ram: Ram, sector: u64, data: &[u8]) {
         assert_eq!(
             self.guest.write_sectors(q, ram, sector, data),
             S_OK as u8,
@@ -653,7 +716,7 @@ impl Vm {
 
     /// Reads `data.len()` bytes at `sector` into `ram` on queue `q`; they must be `data`.
     #[track_caller]
-    fn verify(&mut self, q: usize, ram: Ram, sector: u64, data: &[u8]) {
+    pub(crate) fn verify(&mut self, q: usize, ram: Ram, sector: u64, data: &[u8]) {
         let (status, back) = self.guest.read_sectors(q, ram, sector, data.len());
         assert_eq!(
             status, S_OK as u8,
@@ -717,8 +780,8 @@ fn le64(b: &[u8], at: usize) -> u64 {
 /// CH's creation handshake (E.2) gets what CH expects, on a one-queue and a four-queue
 /// volume:
 /// - the shared virtio features are exactly CH's wanted set ∩ the daemon's offer;
-/// - the acked protocol features are 0x820B (no INFLIGHT_SHMFD, so activation skips the
-///   inflight messages);
+/// - the acked protocol features are 0x920B (INFLIGHT_SHMFD among them, so activation
+///   sets up the inflight region);
 /// - GET_QUEUE_NUM is answered, even for one queue;
 /// - GET_CONFIG with flags WRITABLE (0x1), before SET_FEATURES, returns 60 bytes with
 ///   capacity in sectors at 0, blk_size at 20 and num_queues at 34.

@@ -130,6 +130,30 @@ impl DaemonProcess {
         (status, dir)
     }
 
+    /// SIGKILL, as an OOM kill or `kill -9` would; returns the directory (for restarts).
+    pub fn kill(mut self) -> tempfile::TempDir {
+        let mut child = self.child.take().unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap())
+    }
+
+    /// Waits for the daemon to kill itself (a crash point): its exit must be by SIGKILL.
+    /// Returns the directory (for restarts).
+    pub fn wait_killed(mut self) -> tempfile::TempDir {
+        use std::os::unix::process::ExitStatusExt;
+        let mut child = self.child.take().unwrap();
+        let status = wait_timeout(&mut child, START_TIMEOUT)
+            .unwrap_or_else(|| panic!("daemon did not crash; log:\n{}", self.log_text()));
+        assert_eq!(
+            status.signal(),
+            Some(libc::SIGKILL),
+            "{status}; log:\n{}",
+            self.log_text()
+        );
+        std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap())
+    }
+
     pub fn file(&self, name: &str) -> Vec<u8> {
         std::fs::read(self.path(name)).unwrap()
     }

@@ -7,6 +7,7 @@ mod classes;
 mod client;
 mod cloud_hypervisor;
 mod control;
+mod crash_recovery;
 mod daemon;
 mod data_path;
 mod devices;

@@ -410,6 +410,15 @@ impl Vq {
         out
     }
 
+    /// Consumes every used entry published so far, without waiting.
+    pub fn take_used(&mut self, mem: &GuestMemoryMmap<()>) -> Vec<Used> {
+        let mut out = Vec::new();
+        while self.used_idx(mem) != self.used_seen {
+            out.push(self.pop_used(mem));
+        }
+        out
+    }
+
     /// Consumes the next used entry and frees its chain's descriptors.
     fn pop_used(&mut self, mem: &GuestMemoryMmap<()>) -> Used {
         let entry = self.used_seen;

@@ -12,6 +12,7 @@
 
 mod early_return;
 mod inflight;
+mod inflight_log;
 mod poll;
 mod records;
 mod ring;
@@ -138,6 +139,11 @@ pub struct Worker<A: Admission> {
     memory: CurrentMemory,
     /// Chains returned since the used rings were last published: (queue, head, length).
     used: Vec<(u16, u16, u32)>,
+    /// Each queue's inflight log, when its frontend keeps one, and the requests a
+    /// previous run left in flight, to resubmit before popping ([`inflight_log`]).
+    logs: inflight_log::QueueLogs,
+    /// Scratch: the heads of the used batch being published.
+    batch_heads: Vec<u16>,
 }
 
 impl<A: Admission> Worker<A> {
@@ -197,6 +203,8 @@ impl<A: Admission> Worker<A> {
             admitted: Vec::new(),
             memory,
             used: Vec::new(),
+            logs: inflight_log::QueueLogs::default(),
+            batch_heads: Vec::new(),
             volume,
         })
     }
@@ -301,6 +309,12 @@ impl<A: Admission> Worker<A> {
     /// none this connection popped from is running, the volume's other connection may
     /// take the rings.
     pub fn stopped(&mut self, mask: u64) {
+        // Everything popped was returned: their inflight logs start afresh.
+        let mut queues = mask;
+        while queues != 0 {
+            self.logs.stopped(queues.trailing_zeros() as u16);
+            queues &= queues - 1;
+        }
         self.deferred &= !mask;
         self.polled_queues &= !mask;
         self.waited_for_rings &= self.deferred != 0;

@@ -19,6 +19,7 @@ use crate::backend::engine::monotonic_now_ns;
 use crate::backend::request::{self, ChainLayout, Request, RequestError, RequestKind};
 use crate::backend::split_ring::SplitRing;
 use crate::backend::volume::VolumeCounters;
+use crate::emulated::crash::{self, CrashPoint};
 use crate::stage_trace::{self, Stage};
 
 /// Consecutive passes that pop nothing while the ring says more is available before the
@@ -96,6 +97,12 @@ impl<A: Admission> Worker<A> {
             return Ok(0);
         };
         let mut heads = std::mem::take(&mut self.popped_heads);
+        // Requests a previous run left in flight go first, in their order.
+        let resubmit = self.logs.take_resubmit(queue);
+        if !resubmit.is_empty() {
+            self.outstanding[usize::from(queue)] += resubmit.len() as u32;
+            heads.extend(resubmit);
+        }
         loop {
             // Start the device early: the requests accepted so far go to the kernel after
             // the 1st, 2nd, 4th, 8th... chain of a batch, so the device works on the first
@@ -106,6 +113,9 @@ impl<A: Admission> Worker<A> {
             let want = chains_to_next_submit(popped);
             let ring_full = self.pop_chains(vring, queue, &ring, want, &mut heads);
             let got = heads.len();
+            if got > 0 {
+                crash::reached(CrashPoint::AfterPop);
+            }
             if got == 0 {
                 self.popped_heads = heads;
                 if ring_full && Self::more_published(&ring, vring) {
@@ -191,6 +201,8 @@ impl<A: Admission> Worker<A> {
             };
             next = next.wrapping_add(1);
             *outstanding += 1;
+            // Logged before its request can be submitted, in pop order.
+            self.logs.popped(queue, head);
             heads.push(head);
         }
         q.set_next_avail(next);
@@ -344,6 +356,7 @@ impl<A: Admission> Worker<A> {
             return;
         }
         stage_trace::mark(Stage::Published);
+        crash::reached(CrashPoint::BeforePublish);
         let mem = self.memory.load();
         let mut used = std::mem::take(&mut self.used);
         while touched != 0 {
@@ -368,9 +381,14 @@ impl<A: Admission> Worker<A> {
             };
             let previous = q.next_used();
             let mut next = previous;
+            let mut batch = std::mem::take(&mut self.batch_heads);
+            batch.clear();
             for &(_, head, len) in entries {
                 match ring.put_used(next, head, len) {
-                    Ok(()) => next = next.wrapping_add(1),
+                    Ok(()) => {
+                        next = next.wrapping_add(1);
+                        batch.push(head);
+                    }
                     Err(e) => {
                         if let Some(suppressed) = self.warn.check() {
                             let queue = self.guest_queue(queue);
@@ -380,15 +398,22 @@ impl<A: Admission> Worker<A> {
                 }
             }
             if next == previous {
+                self.batch_heads = batch;
                 continue;
             }
+            // The inflight log: linked before the guest can see the batch, cleared after.
+            self.logs.publishing(queue, &batch);
             if let Err(e) = ring.publish_used_up_to(next) {
+                self.batch_heads = batch;
                 if let Some(suppressed) = self.warn.check() {
                     let queue = self.guest_queue(queue);
                     tracing::warn!(volume = %self.volume.name, queue, suppressed, "cannot return requests: {e}");
                 }
                 continue;
             }
+            crash::reached(CrashPoint::AfterPublish);
+            self.logs.published(queue, &batch, next);
+            self.batch_heads = batch;
             q.set_next_used(next);
             if ring.needs_notification(previous, next) {
                 stage_trace::mark(Stage::Notified);

@@ -24,8 +24,8 @@ use std::ops::Deref;
 use std::sync::{Arc, Mutex, RwLock};
 
 use vhost::vhost_user::message::{
-    VhostTransferStateDirection, VhostTransferStatePhase, VhostUserProtocolFeatures,
-    VhostUserShMemConfig, VhostUserSharedMsg,
+    VhostTransferStateDirection, VhostTransferStatePhase, VhostUserInflight,
+    VhostUserProtocolFeatures, VhostUserShMemConfig, VhostUserSharedMsg,
 };
 use vhost::vhost_user::Backend;
 use vm_memory::bitmap::Bitmap;
@@ -144,6 +144,25 @@ pub trait VhostUserBackend: Send + Sync {
     /// have completed. Wrapper implementations may hold their backend lock during this call.
     fn stop_vring(&self, _queue_index: u32) -> Result<()> {
         Ok(())
+    }
+
+    /// A stopped vring starts: its kick fd arrived and it is marked ready, and it is about
+    /// to be registered for kicks. A backend tracking inflight I/O repositions the ring
+    /// here and resubmits what was in flight (vhost-user "Inflight I/O tracking").
+    fn start_vring(&self, _queue_index: u32, _vring: &Self::Vring) -> Result<()> {
+        Ok(())
+    }
+
+    /// `GET_INFLIGHT_FD`: a new shared region for inflight tracking. Only called when the
+    /// backend offers `VhostUserProtocolFeatures::INFLIGHT_SHMFD`.
+    fn get_inflight_fd(&self, _inflight: &VhostUserInflight) -> Result<(VhostUserInflight, File)> {
+        Err(std::io::Error::other("inflight tracking is not supported"))
+    }
+
+    /// `SET_INFLIGHT_FD`: the region handed back by the frontend (after a reconnect, the
+    /// one an earlier backend process filled in).
+    fn set_inflight_fd(&self, _inflight: &VhostUserInflight, _file: File) -> Result<()> {
+        Err(std::io::Error::other("inflight tracking is not supported"))
     }
 
     /// Handle IO events for backend registered file descriptors.
@@ -422,6 +441,18 @@ impl<T: VhostUserBackend> VhostUserBackend for Arc<T> {
 
     fn stop_vring(&self, queue_index: u32) -> Result<()> {
         self.deref().stop_vring(queue_index)
+    }
+
+    fn start_vring(&self, queue_index: u32, vring: &Self::Vring) -> Result<()> {
+        self.deref().start_vring(queue_index, vring)
+    }
+
+    fn get_inflight_fd(&self, inflight: &VhostUserInflight) -> Result<(VhostUserInflight, File)> {
+        self.deref().get_inflight_fd(inflight)
+    }
+
+    fn set_inflight_fd(&self, inflight: &VhostUserInflight, file: File) -> Result<()> {
+        self.deref().set_inflight_fd(inflight, file)
     }
 
     fn handle_event(

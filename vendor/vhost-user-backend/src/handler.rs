@@ -251,6 +251,9 @@ where
 
     fn initialize_vring(&self, vring: &T::Vring, index: u8) -> VhostUserResult<()> {
         vring.set_queue_ready(true);
+        self.backend
+            .start_vring(u32::from(index), vring)
+            .map_err(VhostUserError::ReqHandlerError)?;
         self.update_vring_registration(vring, index)
     }
 
@@ -665,20 +668,21 @@ where
 
     fn get_inflight_fd(
         &mut self,
-        _inflight: &vhost::vhost_user::message::VhostUserInflight,
+        inflight: &vhost::vhost_user::message::VhostUserInflight,
     ) -> VhostUserResult<(vhost::vhost_user::message::VhostUserInflight, File)> {
-        // Assume the backend hasn't negotiated the inflight feature; it
-        // wouldn't be correct for the backend to do so, as we don't (yet)
-        // provide a way for it to handle such requests.
-        Err(VhostUserError::InvalidOperation("not supported"))
+        self.backend
+            .get_inflight_fd(inflight)
+            .map_err(VhostUserError::ReqHandlerError)
     }
 
     fn set_inflight_fd(
         &mut self,
-        _inflight: &vhost::vhost_user::message::VhostUserInflight,
-        _file: File,
+        inflight: &vhost::vhost_user::message::VhostUserInflight,
+        file: File,
     ) -> VhostUserResult<()> {
-        Err(VhostUserError::InvalidOperation("not supported"))
+        self.backend
+            .set_inflight_fd(inflight, file)
+            .map_err(VhostUserError::ReqHandlerError)
     }
 
     fn get_max_mem_slots(&mut self) -> VhostUserResult<u64> {

@@ -1,0 +1,86 @@
+//! The worker's side of inflight tracking ([`crate::backend::inflight_log`]): a queue's
+//! pops are marked in its log before their requests are submitted, in pop order; a batch
+//! of used entries is linked before the used index is stored and cleared after; the
+//! requests a previous run left in flight are parsed again before anything new is popped.
+
+use super::Worker;
+use crate::backend::admission::Admission;
+use crate::backend::inflight_log::QueueLog;
+use crate::emulated::crash::{self, CrashPoint};
+
+impl<A: Admission> Worker<A> {
+    /// Queue `local` starts (the frontend's kick fd arrived): with `log` when the
+    /// frontend keeps an inflight log, and `resubmit`, the heads a previous run left in
+    /// flight, which the next pass parses before popping anything new.
+    pub fn start_inflight(&mut self, local: u16, log: Option<QueueLog>, resubmit: Vec<u16>) {
+        self.logs.start(local, log, resubmit);
+    }
+}
+
+/// The logs of a worker's queues (by its own queue numbers), and what each has to
+/// resubmit.
+#[derive(Debug, Default)]
+pub(super) struct QueueLogs {
+    logs: Vec<Option<QueueLog>>,
+    resubmit: Vec<Vec<u16>>,
+}
+
+impl QueueLogs {
+    /// Queue `local` starts with `log` (None: untracked) and `resubmit` to parse first.
+    pub(super) fn start(&mut self, local: u16, log: Option<QueueLog>, resubmit: Vec<u16>) {
+        let i = usize::from(local);
+        if self.logs.len() <= i {
+            self.logs.resize_with(i + 1, || None);
+            self.resubmit.resize_with(i + 1, Vec::new);
+        }
+        self.logs[i] = log;
+        self.resubmit[i] = resubmit;
+    }
+
+    /// Queue `local` was stopped with everything it popped returned: its log is
+    /// forgotten, so that the queue may restart on new rings.
+    pub(super) fn stopped(&mut self, local: u16) {
+        if let Some(log) = self.log(local) {
+            log.forget();
+        }
+    }
+
+    fn log(&mut self, local: u16) -> Option<&mut QueueLog> {
+        self.logs
+            .get_mut(usize::from(local))
+            .and_then(Option::as_mut)
+    }
+
+    /// Marks a head popped from queue `local`.
+    #[inline]
+    pub(super) fn popped(&mut self, local: u16, head: u16) {
+        if let Some(log) = self.log(local) {
+            log.mark_popped(head);
+        }
+    }
+
+    /// Takes the heads queue `local` has to resubmit (already marked), oldest first.
+    pub(super) fn take_resubmit(&mut self, local: u16) -> Vec<u16> {
+        self.resubmit
+            .get_mut(usize::from(local))
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// Before queue `local`'s used index is stored: the batch's heads are linked.
+    pub(super) fn publishing(&mut self, local: u16, heads: &[u16]) {
+        if let Some(log) = self.log(local) {
+            log.link_batch(heads.iter().copied());
+        }
+    }
+
+    /// After queue `local`'s used index was stored as `used_idx`: the batch is cleared.
+    pub(super) fn published(&mut self, local: u16, heads: &[u16], used_idx: u16) {
+        if let Some(log) = self.log(local) {
+            let (first, rest) = heads.split_at(heads.len() / 2);
+            log.clear_heads(first.iter().copied());
+            crash::reached(CrashPoint::MidClear);
+            log.clear_batch(rest.iter().copied(), used_idx);
+        }
+    }
+}
