@@ -29,7 +29,7 @@ pub mod disk;
 pub(crate) mod engine;
 pub(crate) mod guest_memory;
 pub(crate) mod handshake;
-pub(crate) mod inflight_log;
+pub mod inflight_log;
 pub(crate) mod lease;
 pub mod request;
 pub(crate) mod server;
