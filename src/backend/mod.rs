@@ -38,5 +38,6 @@ pub(crate) mod slots;
 pub mod split_ring;
 pub(crate) mod vhost;
 pub(crate) mod vhost_inflight;
+pub(crate) mod vhost_memory;
 pub(crate) mod volume;
 pub(crate) mod worker;

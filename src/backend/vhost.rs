@@ -5,7 +5,8 @@
 //! frontend-handler thread to drain queues (GET_VRING_BASE, RESET_DEVICE, shutdown) and
 //! to switch migration logging. Worker `t` of a
 //! volume with `workers = n` serves queues `t`, `t + n`, `t + 2n`...; a volume has one
-//! worker unless configured otherwise.
+//! worker unless configured otherwise. The connection's memory tables are handled in
+//! [`super::vhost_memory`], its inflight region in [`super::vhost_inflight`].
 
 use super::admission::Admission;
 use super::blk_config::{self, BlkConfig};
@@ -17,7 +18,7 @@ use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vhost_user_backend::VhostUserBackend;
-use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryRegion};
+use vm_memory::GuestMemoryAtomic;
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{EventConsumer, EventNotifier};
 
@@ -60,15 +61,15 @@ pub struct VolumeBackend<A: Admission> {
     /// Pins each worker thread to its CPU (`cpu_affinity`) at its first event:
     /// vhost-user-backend starts the threads, so they place themselves.
     placed: Vec<std::sync::Once>,
-    mem: CurrentMemory,
+    pub(super) mem: CurrentMemory,
     tokens: Tokens,
     /// This connection's first message ([`super::handshake`]).
     pub handshake: Arc<super::handshake::Handshake>,
     /// Refused memory tables are logged at most once a second.
-    refused: Mutex<crate::logging::LogLimiter>,
+    pub(super) refused: Mutex<crate::logging::LogLimiter>,
     /// The memory tables whose regions are guarded against SIGBUS ([`super::sigbus`]):
     /// the accepted one, and older ones still held by requests in flight.
-    guarded: Mutex<Vec<GuardedTable>>,
+    pub(super) guarded: Mutex<Vec<super::vhost_memory::GuardedTable>>,
     /// [`super::sigbus::Registration::faults`] when this volume last looked.
     seen_faults: std::sync::atomic::AtomicUsize,
     /// Written once the connection is over: the vring worker threads end (see
@@ -78,17 +79,10 @@ pub struct VolumeBackend<A: Admission> {
     backend_req: Mutex<Option<vhost::vhost_user::Backend>>,
     /// The last memory table accepted: its regions hold the migration log, if one was
     /// set, for the next table's regions ([`super::dirty_log::carry_over`]).
-    seen_mem: Mutex<Option<Arc<Mem>>>,
+    pub(super) seen_mem: Mutex<Option<Arc<Mem>>>,
     /// The inflight-tracking region of this connection, if its frontend set one up
     /// ([`super::vhost_inflight`]).
     inflight: Mutex<Option<Arc<super::inflight_log::Region>>>,
-}
-
-/// A memory table's regions registered with the SIGBUS handler, until the next table
-/// finds that nothing can use it any more (`VolumeBackend::guard`).
-struct GuardedTable {
-    table: std::sync::Weak<Mem>,
-    registration: super::sigbus::Registration,
 }
 
 impl<A: Admission> VolumeBackend<A> {
@@ -166,77 +160,6 @@ impl<A: Admission> VolumeBackend<A> {
     /// `tokens.exit`): call before the daemon is dropped, which joins the threads.
     pub fn end_worker_thread(&self) {
         let _ = self.exit_evt.write(1);
-    }
-
-    /// Some guest region or migration log faulted (its file shrank under the mapping):
-    /// say so if it was this volume's.
-    fn report_memory_fault(&self) {
-        let memory = self
-            .guarded
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .fold(false, |any, t| t.registration.faulted() | any);
-        let log = self
-            .seen_mem
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .is_some_and(|m| {
-                m.iter()
-                    .fold(false, |any, r| (**r).bitmap().faulted() | any)
-            });
-        let what = match (memory, log) {
-            (true, false) => "its guest memory file under a mapped region",
-            (false, true) => "its migration log under the mapping",
-            (true, true) => "its guest memory file under a mapped region, and its migration log",
-            (false, false) => return,
-        };
-        if self
-            .refused
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .check()
-            .is_some()
-        {
-            tracing::warn!(
-                volume = %self.volume.name,
-                "the frontend shrank {what}: what lies past the file's end now reads as \
-                 zeroes for this daemon; the VMM is broken or hostile"
-            );
-        }
-    }
-
-    /// Registers `table`'s regions with the SIGBUS handler, and unregisters the tables
-    /// nothing can use any more. A request popped with an older table writes its status
-    /// byte (and a bounced read) through it, though the frontend may have removed and
-    /// shrunk its regions since: a table stays guarded while anything but `seen_mem`
-    /// holds it (once the crate has published a newer one, nothing can load it again).
-    fn guard(&self, table: &Arc<Mem>) {
-        let mut guarded = self.prune_guarded();
-        let ranges = table
-            .iter()
-            .map(|r| (r.as_ptr() as usize, r.len() as usize));
-        guarded.push(GuardedTable {
-            table: Arc::downgrade(table),
-            registration: super::sigbus::Registration::new(ranges),
-        });
-    }
-
-    /// Unregisters the tables nothing can use any more ([`VolumeBackend::guard`]).
-    fn prune_guarded(&self) -> MutexGuard<'_, Vec<GuardedTable>> {
-        let last_accepted = self
-            .seen_mem
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .map(Arc::as_ptr);
-        let mut guarded = self.guarded.lock().unwrap_or_else(|e| e.into_inner());
-        guarded.retain(|t| {
-            let ours = usize::from(Some(t.table.as_ptr()) == last_accepted);
-            t.table.strong_count() > ours
-        });
-        guarded
     }
 
     pub fn tokens(&self) -> Tokens {
@@ -456,46 +379,9 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
     }
 
     /// A new memory table (SET_MEM_TABLE, ADD_MEM_REG, REM_MEM_REG), already mapped by
-    /// the vhost-user-backend crate. One the frontend may not use
-    /// ([`super::guest_memory::check`]) is unmapped at once and the request fails; the
-    /// volume's queues then see no memory until a valid table arrives.
+    /// the vhost-user-backend crate ([`super::vhost_memory`]).
     fn update_memory(&self, mem: GuestMemoryAtomic<Mem>) -> io::Result<()> {
-        // The crate has published the table already, so a worker may be using it even if
-        // it is refused below: guard it first.
-        let table = mem.memory().into_inner();
-        self.guard(&table);
-        if let Err(e) = super::guest_memory::check(&table) {
-            mem.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .replace(Mem::new());
-            let log = self
-                .refused
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .check();
-            if let Some(suppressed) = log {
-                tracing::warn!(volume = %self.volume.name, suppressed, "frontend memory table refused: {e}");
-            }
-            self.mem.replace(mem);
-            return Err(io::Error::other(e));
-        }
-        {
-            // The table this replaces: the crate has swapped it out of `mem` already.
-            let new = mem.memory().into_inner();
-            let mut seen = self.seen_mem.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(old) = seen.as_ref() {
-                let (old, new): (Vec<_>, Vec<_>) = (old.iter().collect(), new.iter().collect());
-                if let Err(e) = super::dirty_log::carry_over(&old, &new) {
-                    tracing::warn!(volume = %self.volume.name, "the migration log does not cover the new memory table ({e}): its writes there are not logged until the next SET_LOG_BASE");
-                }
-            }
-            *seen = Some(new);
-        }
-        // The table this replaced may be held by nothing now: its regions may be unmapped
-        // and their addresses reused.
-        drop(self.prune_guarded());
-        self.mem.replace(mem);
-        Ok(())
+        self.accept_memory(mem)
     }
 
     /// Worker `t` of `n` serves queues `t`, `t + n`, `t + 2n`... (one worker: all).

@@ -1,0 +1,135 @@
+//! The guest memory tables of one connection: accepted or refused as they arrive,
+//! guarded against SIGBUS while anything can still use them (a frontend may shrink the
+//! file under a mapped region), and carrying the migration log over to the next table.
+
+use std::io;
+use std::sync::{Arc, MutexGuard};
+
+use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryRegion};
+
+use super::admission::Admission;
+use super::vhost::VolumeBackend;
+use super::worker::Mem;
+
+/// A memory table's regions registered with the SIGBUS handler, until the next table
+/// finds that nothing can use it any more (`VolumeBackend::guard`).
+pub(super) struct GuardedTable {
+    table: std::sync::Weak<Mem>,
+    registration: super::sigbus::Registration,
+}
+
+impl<A: Admission> VolumeBackend<A> {
+    /// A new memory table (SET_MEM_TABLE, ADD_MEM_REG, REM_MEM_REG), already mapped by
+    /// the vhost-user-backend crate. One the frontend may not use
+    /// ([`super::guest_memory::check`]) is unmapped at once and the request fails; the
+    /// volume's queues then see no memory until a valid table arrives.
+    pub(super) fn accept_memory(&self, mem: GuestMemoryAtomic<Mem>) -> io::Result<()> {
+        // The crate has published the table already, so a worker may be using it even if
+        // it is refused below: guard it first.
+        let table = mem.memory().into_inner();
+        self.guard(&table);
+        if let Err(e) = super::guest_memory::check(&table) {
+            mem.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .replace(Mem::new());
+            let log = self
+                .refused
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .check();
+            if let Some(suppressed) = log {
+                tracing::warn!(volume = %self.volume.name, suppressed, "frontend memory table refused: {e}");
+            }
+            self.mem.replace(mem);
+            return Err(io::Error::other(e));
+        }
+        {
+            // The table this replaces: the crate has swapped it out of `mem` already.
+            let new = mem.memory().into_inner();
+            let mut seen = self.seen_mem.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(old) = seen.as_ref() {
+                let (old, new): (Vec<_>, Vec<_>) = (old.iter().collect(), new.iter().collect());
+                if let Err(e) = super::dirty_log::carry_over(&old, &new) {
+                    tracing::warn!(volume = %self.volume.name, "the migration log does not cover the new memory table ({e}): its writes there are not logged until the next SET_LOG_BASE");
+                }
+            }
+            *seen = Some(new);
+        }
+        // The table this replaced may be held by nothing now: its regions may be unmapped
+        // and their addresses reused.
+        drop(self.prune_guarded());
+        self.mem.replace(mem);
+        Ok(())
+    }
+
+    /// Some guest region or migration log faulted (its file shrank under the mapping):
+    /// say so if it was this volume's.
+    pub(super) fn report_memory_fault(&self) {
+        let memory = self
+            .guarded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .fold(false, |any, t| t.registration.faulted() | any);
+        let log = self
+            .seen_mem
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(|m| {
+                m.iter()
+                    .fold(false, |any, r| (**r).bitmap().faulted() | any)
+            });
+        let what = match (memory, log) {
+            (true, false) => "its guest memory file under a mapped region",
+            (false, true) => "its migration log under the mapping",
+            (true, true) => "its guest memory file under a mapped region, and its migration log",
+            (false, false) => return,
+        };
+        if self
+            .refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .check()
+            .is_some()
+        {
+            tracing::warn!(
+                volume = %self.volume.name,
+                "the frontend shrank {what}: what lies past the file's end now reads as \
+                 zeroes for this daemon; the VMM is broken or hostile"
+            );
+        }
+    }
+
+    /// Registers `table`'s regions with the SIGBUS handler, and unregisters the tables
+    /// nothing can use any more. A request popped with an older table writes its status
+    /// byte (and a bounced read) through it, though the frontend may have removed and
+    /// shrunk its regions since: a table stays guarded while anything but `seen_mem`
+    /// holds it (once the crate has published a newer one, nothing can load it again).
+    fn guard(&self, table: &Arc<Mem>) {
+        let mut guarded = self.prune_guarded();
+        let ranges = table
+            .iter()
+            .map(|r| (r.as_ptr() as usize, r.len() as usize));
+        guarded.push(GuardedTable {
+            table: Arc::downgrade(table),
+            registration: super::sigbus::Registration::new(ranges),
+        });
+    }
+
+    /// Unregisters the tables nothing can use any more ([`VolumeBackend::guard`]).
+    fn prune_guarded(&self) -> MutexGuard<'_, Vec<GuardedTable>> {
+        let last_accepted = self
+            .seen_mem
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(Arc::as_ptr);
+        let mut guarded = self.guarded.lock().unwrap_or_else(|e| e.into_inner());
+        guarded.retain(|t| {
+            let ours = usize::from(Some(t.table.as_ptr()) == last_accepted);
+            t.table.strong_count() > ours
+        });
+        guarded
+    }
+}
