@@ -163,7 +163,7 @@ mod tests {
     use super::*;
     use crate::emulated::EmulatedConfig;
 
-    /// The README's example device: 400k random reads per second on 8 channels.
+    /// The example device of docs/configuration.md: 400k random reads per second on 8 channels.
     fn emulated_device() -> DeviceConfig {
         let text = r#"
             path = "x.img"

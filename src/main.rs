@@ -27,7 +27,7 @@ enum Command {
     /// Creates the backing file if it is missing and `device.create_size` is set. On
     /// SIGINT/SIGTERM it stops accepting connections, completes in-flight I/O and exits 0.
     Run {
-        /// The TOML configuration (see configs/demo.toml and the README).
+        /// The TOML configuration (see configs/demo.toml and docs/configuration.md).
         #[arg(long, short = 'c', value_name = "FILE")]
         config: PathBuf,
     },

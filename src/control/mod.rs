@@ -13,7 +13,7 @@
 //! * [`client`] and [`ctl`]: the command-line client.
 //!
 //! The routes, the JSON shapes and the persistence format are documented in
-//! `docs/openapi.json` and the README ("Control plane").
+//! `docs/openapi.json` and `docs/control-plane.md`.
 
 pub mod api;
 pub mod calibrated;

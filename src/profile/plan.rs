@@ -242,7 +242,7 @@ impl Profile {
         let _ = writeln!(
             out,
             "# {LATENCY_MARGIN} x the p{} read latency at 90% load; no write latency signal; \
-             vrate free to throttle a writer to 25% (README: Profiling)",
+             vrate free to throttle a writer to 25% (docs/qos.md: Profiling)",
             q.rpct
         );
         let _ = writeln!(out, "rpct = {:.1}", q.rpct);
@@ -261,7 +261,7 @@ impl Profile {
         let _ = writeln!(
             out,
             "# a derived target: only volumes served below their share lower vrate \
-             (\"all\" makes it bind every volume; README: How QoS works)"
+             (\"all\" makes it bind every volume; docs/qos.md: How QoS works)"
         );
         let _ = writeln!(out, "protect = \"underserved\"");
         out
