@@ -117,7 +117,7 @@ pub fn wanted(cfg: &DeviceConfig) -> bool {
     cfg.kind.has_file() && keys == ModelConfig::default()
 }
 
-fn device_name(cfg: &DeviceConfig) -> Option<String> {
+pub(crate) fn device_name(cfg: &DeviceConfig) -> Option<String> {
     cfg.path.as_ref().map(|p| p.display().to_string())
 }
 

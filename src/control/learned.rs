@@ -48,12 +48,11 @@ impl Control {
         (base, learns)
     }
 
+    /// The device's name as the calibration records it (its path; a device without one,
+    /// `kind = "null"`, by its kind).
     fn device_name(&self) -> String {
         let d = &self.config().device;
-        match &d.path {
-            Some(p) => p.display().to_string(),
-            None => format!("{:?}", d.kind),
-        }
+        crate::calibration::device_name(d).unwrap_or_else(|| format!("{:?}", d.kind))
     }
 
     /// Starts (or stops) learning as the model in effect says, resuming from the state

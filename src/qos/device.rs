@@ -1026,7 +1026,7 @@ impl QosDevice {
     }
 
     /// [`QosDevice::check_reservations`] naming the volume with the largest reservation.
-    pub(super) fn check_all_reservations(
+    fn check_all_reservations(
         st: &DeviceState,
         model: &dyn CostModel,
         min_pct: f64,
@@ -1044,7 +1044,7 @@ impl QosDevice {
     }
 
     /// Publish a new configuration; called with the device lock held.
-    pub(super) fn publish(
+    fn publish(
         &self,
         st: &mut DeviceState,
         params: QosParams,

@@ -13,7 +13,6 @@ use std::sync::{Arc, Mutex};
 
 use super::device::QosDevice;
 use super::error::QosError;
-use super::params::QosParams;
 use super::request::{Charge, Timing};
 use crate::cost_model::learn::tap::{LearnTap, TapBatch};
 use crate::cost_model::learn::{coefs_ns, params_from_coefs_ns, LearnStatus, Learner, Moved};
@@ -147,19 +146,19 @@ impl QosDevice {
         Ok(Some(view))
     }
 
-    /// Publishes `model` and multiplies vrate by `cost_ratio` (within its bounds).
+    /// Publishes `model` as a model set at run time does, then multiplies vrate by
+    /// `cost_ratio` (within its bounds). The planner's thread is the only other writer of
+    /// vrate, and it is the caller.
     fn adopt(&self, model: &ModelConfig, cost_ratio: f64) -> Result<(), QosError> {
-        let built = model.build_boxed().map_err(QosError::InvalidConfig)?;
-        let shared = Arc::clone(self.shared());
-        let mut st = shared.lock();
-        let qos = shared.cfg().qos.clone();
-        Self::check_all_reservations(&st, &*built, qos.min)?;
-        let params = QosParams::from_config(&qos, built.default_latency_us());
-        self.publish(&mut st, params, Arc::from(built), qos);
-        let rate = (st.vtime_base_rate as f64 * cost_ratio).round() as u64;
-        shared.set_base_rate(&mut st, rate.clamp(params.vrate_min(), params.vrate_max()));
-        shared.refresh_rate(&st, shared.now());
-        shared.apply_reservations(&st);
+        self.set_model(model)?;
+        if cost_ratio != 1.0 {
+            let shared = Arc::clone(self.shared());
+            let mut st = shared.lock();
+            let params = shared.params();
+            let rate = (st.vtime_base_rate as f64 * cost_ratio).round() as u64;
+            shared.set_base_rate(&mut st, rate.clamp(params.vrate_min(), params.vrate_max()));
+            shared.refresh_rate(&st, shared.now());
+        }
         Ok(())
     }
 }

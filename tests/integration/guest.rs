@@ -260,6 +260,16 @@ impl Guest {
     }
 
     /// Releases a guest started with `wait`: a line on its serial console.
+    /// Panics, saying so, if fio already finished before `what` (the job is too short).
+    pub(crate) fn assert_fio_running(&self, what: &str) {
+        if self.console().contains("HARNESS: fio exited") {
+            panic!(
+                "fio finished before {what}: make the job longer; console {}",
+                self.log.display()
+            );
+        }
+    }
+
     pub(crate) fn go(&mut self) {
         let stdin = self.stdin.as_mut().expect("guest started without wait");
         stdin.write_all(b"go\n").unwrap();
@@ -847,6 +857,21 @@ fn guest_two_guests_weighted_split() {
     );
 }
 
+/// Boots a guest with `reconnect=1` on volume "vm" of `d` running the fio `job`, and waits
+/// until fio has started: a guest for a test that restarts the daemon under it.
+fn start_fio_across_restarts(image: &Image, ctx: &Ctx, d: &DaemonProcess, job: &[&str]) -> Guest {
+    let mut spec = GuestSpec::new(fio(&[job]));
+    spec.reconnect = true;
+    let mut g = Guest::start(image, &d.socket("vm"), ctx.console_path("vm"), &spec);
+    assert!(
+        g.wait_for("HARNESS: fio start", Duration::from_secs(60)),
+        "guest did not start fio; console {}:\n{}",
+        g.log.display(),
+        tail(&g.console(), 30)
+    );
+    g
+}
+
 /// (f) The daemon is killed (SIGKILL: nothing drained, requests in flight in the device)
 /// five times, at random moments, while the guest writes 4 KiB and 256 KiB blocks at QD32 on
 /// the emulated device, where the small writes overtake the large ones, and verifies
@@ -862,24 +887,21 @@ fn guest_survives_daemon_kill_during_out_of_order_io() {
     let config = guest_config(crate::devices::SLOW_DEVICE, &[("vm", 256, "")]);
     let mut d = DaemonProcess::start(&config);
     ctx.watch(&d);
-    let mut spec = GuestSpec::new(fio(&[&[
-        "name=verify-across-kill",
-        "rw=randwrite",
-        "bssplit=4k/50:256k/50",
-        "iodepth=32",
-        "size=256M",
-        "verify=crc32c",
-        "do_verify=1",
-        "verify_fatal=1",
-    ]]));
-    spec.reconnect = true;
     let t = Instant::now();
-    let mut g = Guest::start(image, &d.socket("vm"), ctx.console_path("vm"), &spec);
-    assert!(
-        g.wait_for("HARNESS: fio start", Duration::from_secs(60)),
-        "guest did not start fio; console {}:\n{}",
-        g.log.display(),
-        tail(&g.console(), 30)
+    let g = start_fio_across_restarts(
+        image,
+        &ctx,
+        &d,
+        &[
+            "name=verify-across-kill",
+            "rw=randwrite",
+            "bssplit=4k/50:256k/50",
+            "iodepth=32",
+            "size=256M",
+            "verify=crc32c",
+            "do_verify=1",
+            "verify_fatal=1",
+        ],
     );
     // Five kills at random moments 0.5-1.5 s apart, from the clock.
     let seed = std::time::SystemTime::now()
@@ -889,13 +911,7 @@ fn guest_survives_daemon_kill_during_out_of_order_io() {
     for i in 0..5u32 {
         let after_ms = 500 + u64::from(seed.rotate_left(i * 7) % 1000);
         std::thread::sleep(Duration::from_millis(after_ms));
-        if g.console().contains("HARNESS: fio exited") {
-            panic!(
-                "fio finished before kill {}: make the job longer; console {}",
-                i + 1,
-                g.log.display()
-            );
-        }
+        g.assert_fio_running(&format!("kill {}", i + 1));
         let dir = d.kill();
         d = DaemonProcess::start_in(dir, &config);
         ctx.watch(&d);
@@ -928,34 +944,25 @@ fn guest_survives_daemon_restart() {
     let config = guest_config("", &[("vm", 256, "")]);
     let mut d = DaemonProcess::start(&config);
     ctx.watch(&d);
-    let mut spec = GuestSpec::new(fio(&[&[
-        "name=verify-across-restart",
-        "rw=randwrite",
-        "bs=4k",
-        "iodepth=16",
-        "size=96M",
-        "verify=crc32c",
-        "do_verify=1",
-        "verify_fatal=1",
-    ]]));
-    spec.reconnect = true;
     let t = Instant::now();
-    let mut g = Guest::start(image, &d.socket("vm"), ctx.console_path("vm"), &spec);
-    assert!(
-        g.wait_for("HARNESS: fio start", Duration::from_secs(60)),
-        "guest did not start fio; console {}:\n{}",
-        g.log.display(),
-        tail(&g.console(), 30)
+    let g = start_fio_across_restarts(
+        image,
+        &ctx,
+        &d,
+        &[
+            "name=verify-across-restart",
+            "rw=randwrite",
+            "bs=4k",
+            "iodepth=16",
+            "size=96M",
+            "verify=crc32c",
+            "do_verify=1",
+            "verify_fatal=1",
+        ],
     );
     for (i, after) in [2u64, 3].into_iter().enumerate() {
         std::thread::sleep(Duration::from_secs(after));
-        if g.console().contains("HARNESS: fio exited") {
-            panic!(
-                "fio finished before restart {}: make the job longer; console {}",
-                i + 1,
-                g.log.display()
-            );
-        }
+        g.assert_fio_running(&format!("restart {}", i + 1));
         let (status, dir) = d.stop();
         assert!(status.success(), "daemon exit status {status} on SIGTERM");
         d = DaemonProcess::start_in(dir, &config);

@@ -21,20 +21,23 @@ impl<A: Admission> Worker<A> {
 /// resubmit.
 #[derive(Debug, Default)]
 pub(super) struct QueueLogs {
-    logs: Vec<Option<QueueLog>>,
-    resubmit: Vec<Vec<u16>>,
+    queues: Vec<Tracked>,
+}
+
+#[derive(Debug, Default)]
+struct Tracked {
+    log: Option<QueueLog>,
+    resubmit: Vec<u16>,
 }
 
 impl QueueLogs {
     /// Queue `local` starts with `log` (None: untracked) and `resubmit` to parse first.
     pub(super) fn start(&mut self, local: u16, log: Option<QueueLog>, resubmit: Vec<u16>) {
         let i = usize::from(local);
-        if self.logs.len() <= i {
-            self.logs.resize_with(i + 1, || None);
-            self.resubmit.resize_with(i + 1, Vec::new);
+        if self.queues.len() <= i {
+            self.queues.resize_with(i + 1, Tracked::default);
         }
-        self.logs[i] = log;
-        self.resubmit[i] = resubmit;
+        self.queues[i] = Tracked { log, resubmit };
     }
 
     /// Queue `local` was stopped with everything it popped returned: its log is
@@ -46,9 +49,9 @@ impl QueueLogs {
     }
 
     fn log(&mut self, local: u16) -> Option<&mut QueueLog> {
-        self.logs
+        self.queues
             .get_mut(usize::from(local))
-            .and_then(Option::as_mut)
+            .and_then(|q| q.log.as_mut())
     }
 
     /// Marks a head popped from queue `local`.
@@ -61,9 +64,9 @@ impl QueueLogs {
 
     /// Takes the heads queue `local` has to resubmit (already marked), oldest first.
     pub(super) fn take_resubmit(&mut self, local: u16) -> Vec<u16> {
-        self.resubmit
+        self.queues
             .get_mut(usize::from(local))
-            .map(std::mem::take)
+            .map(|q| std::mem::take(&mut q.resubmit))
             .unwrap_or_default()
     }
 

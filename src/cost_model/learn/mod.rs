@@ -83,7 +83,7 @@ pub struct LearnStatus {
     pub moved_at_ns: Option<u64>,
     /// Moves so far.
     pub moves: u64,
-    /// Saturated windows kept.
+    /// Saturated windows kept (filled in by [`Learner::status`]).
     pub windows: usize,
 }
 
@@ -121,7 +121,10 @@ impl Learner {
     }
 
     pub fn status(&self) -> LearnStatus {
-        self.status
+        LearnStatus {
+            windows: self.kept.len(),
+            ..self.status
+        }
     }
 
     /// Drains the tap; when a window closes, keeps it if saturated and refits. Returns
@@ -156,7 +159,6 @@ impl Learner {
             x: w.features.map(|v| v as f64),
             t_ns: busy_ns as f64,
         });
-        self.status.windows = self.kept.len();
         self.refit(now_ns)
     }
 
