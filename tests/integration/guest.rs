@@ -917,7 +917,7 @@ fn guest_survives_daemon_kill_during_out_of_order_io() {
         ctx.watch(&d);
         // The next kill comes after QEMU has reconnected: killed in the middle of its
         // reconnect handshake, QEMU 7.2 gives up reconnecting ("vhost_backend_init
-        // failed", a QEMU bug fixed upstream in 2024), which no daemon can help.
+        // failed"; likely QEMU's "lost reconnect" bug, fixed upstream in 2024).
         assert!(
             d.wait_for_log("frontend connected"),
             "QEMU did not reconnect after kill {}; console {}",
