@@ -33,6 +33,8 @@
 # Usage: scripts/bench-stacking.sh [SECONDS]   (READERS=4 RATE=500 SLO_US=1000 ON= OFF=)
 #   RESULTS=DIR keeps each setup's bench JSON (per-second series) in DIR.
 #   CAPS="150 170" adds static caps at these MiB/s (to trace the cap's frontier).
+#   SETUPS="off defaults cap" runs only these setups (default: all; `cap` needs `defaults`).
+#   DEFAULTS="[device.model]..." adds these lines to the defaults' config (an A/B of a rule).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -77,7 +79,10 @@ run() {
     (cd "$work" && "$bin" bench --runtime "${secs}s" --ramp 2s $tenants \
         --tenant "socket=writer.sock,name=writer,rw=write,bs=1M,iodepth=8$writer_rate" \
         --json) > "$work/$1.json"
-    if [ -n "${RESULTS:-}" ]; then mkdir -p "$RESULTS" && cp "$work/$1.json" "$RESULTS/"; fi
+    if [ -n "${RESULTS:-}" ]; then
+        mkdir -p "$RESULTS" && cp "$work/$1.json" "$RESULTS/"
+        if [ -f "$work/daemon.log" ]; then cp "$work/daemon.log" "$RESULTS/$1.log"; fi
+    fi
     local device_stats='{}'
     if [ -S "$work/control.sock" ]; then
         device_stats=$("$bin" ctl --socket "$work/control.sock" stats --json 2>/dev/null || echo "{}")
@@ -123,42 +128,54 @@ daemon_config() {
 echo "stacking: $readers readers at $rate IOPS (QD1 4 KiB), one 1 MiB QD8 writer, ${secs}s, SLO p99 ${slo} us, device $device"
 echo "| setup | reader-seconds over the SLO | worst reader p99 (µs) | writer MiB/s | writer per-second CoV | periods meeting the daemon's read target |"
 echo "|---|---|---|---|---|---|"
+# wanted SETUP: whether SETUPS selects SETUP.
+wanted() { [ -z "${SETUPS:-}" ] || [[ " $SETUPS " == *" $1 "* ]]; }
+
+if wanted off; then
 start_daemon "$(daemon_config '[device.qos]
 enable = false')"
 run off off
 stop_daemon
+fi
 rm -f "$work/config.toml.state.json"
-start_daemon "$(daemon_config '')"
+start_daemon "$(daemon_config "${DEFAULTS:-}")"
 run defaults defaults
 stop_daemon
+if wanted latency; then
 start_daemon "$(daemon_config '' "$(reader_volumes "class = \"latency\"
 latency_target = \"p99 ${slo}us\"")")"
 run latency "readers in the latency class (p99 ${slo} µs)"
 stop_daemon
+fi
+if wanted latency-only; then
 start_daemon "$(daemon_config '[device.qos]
 rpct = 0.0
 wpct = 0.0' "$(reader_volumes "class = \"latency\"
 latency_target = \"p99 ${slo}us\"")")"
 run latency-only "readers in the latency class, no device-wide target"
 stop_daemon
-if [ "$device" = file ]; then
+fi
+if [ "$device" = file ] && wanted profile; then
     "$bin" profile --path "$work/disk.img" --destructive --quick --out "$work/profile.toml" \
         >/dev/null 2>"$work/profile.log"
     start_daemon "$(daemon_config "$(grep -v '^#' "$work/profile.toml")")"
     run profile "profile's suggestion ($(grep '^rlat' "$work/profile.toml" | tr -d '"'))"
     stop_daemon
 fi
+if wanted tuned; then
 start_daemon "$(daemon_config "[device.qos]
 rpct = 99.0
 rlat = \"${slo}us\"")"
 run tuned "tuned (p99 ${slo} µs)"
 stop_daemon
+fi
 overall_mibs=$(python3 -c "import json; print(max(1, round([r for r in json.load(open('$work/defaults.json'))['results'] if r['name'] == 'writer'][0]['mib_per_s'])))")
 cap_levels=$overall_mibs
 if [ -n "$duty" ]; then
     cap_levels="$(python3 -c "print(max(1, round(float(open('$work/defaults.json.writer_when_readers_on').read()))))") $overall_mibs"
 fi
 cap_levels="$cap_levels ${CAPS:-}"
+wanted cap || cap_levels="${CAPS:-}"
 for cap_mibs in $cap_levels; do
 if [ "$device" = emulated ]; then
     start_daemon "$(daemon_config '[device.qos]
