@@ -19,10 +19,10 @@
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 
-use crate::qos::device::{DeviceShared, DeviceState};
 use crate::qos::params::Margins;
+use crate::qos::shared::{DeviceShared, DeviceState};
 use crate::qos::tree::W;
-use crate::qos::volume::VolumeCore;
+use crate::qos::volume_core::VolumeCore;
 use crate::qos::weights::compute_hweight_max;
 use crate::vtime::{after, before, cdiv, cdiv_mul, cost_to_abs_cost, vdiff, MILLION};
 

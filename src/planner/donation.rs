@@ -17,7 +17,7 @@
 //! sum `s'`; a donor's new inuse is then `s'_parent · after / b'_parent`. Non-donors are
 //! never touched: their hweights rise because the sums above them shrink.
 
-use crate::qos::device::DeviceState;
+use crate::qos::shared::DeviceState;
 use crate::qos::tree::{ROOT, W};
 use crate::vtime::cdiv_wide;
 

@@ -9,7 +9,7 @@
 use std::sync::atomic::Ordering::{Relaxed, Release};
 use std::sync::Arc;
 
-use crate::qos::device::{DeviceShared, DeviceState};
+use crate::qos::shared::{DeviceShared, DeviceState};
 
 use super::PeriodCtx;
 

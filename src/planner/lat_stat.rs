@@ -5,7 +5,7 @@
 //! differences since its last run and turns them into the two saturation signals:
 //! missed-latency ppm per direction and rq-wait as a percentage of the period.
 
-use crate::qos::device::DeviceState;
+use crate::qos::shared::DeviceState;
 use crate::vtime::{cdiv, MILLION};
 
 use super::NodeBook;

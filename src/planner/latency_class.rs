@@ -36,8 +36,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use crate::qos::class::LatencyTarget;
-use crate::qos::device::{DeviceShared, DeviceState};
 use crate::qos::histogram::TargetWindow;
+use crate::qos::shared::{DeviceShared, DeviceState};
 use crate::qos::tree::NodeId;
 
 use super::state::NodeBook;

@@ -52,7 +52,7 @@ mod tests;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
-use crate::qos::device::DeviceShared;
+use crate::qos::shared::DeviceShared;
 use crate::qos::stats::PeriodRecord;
 use crate::qos::vclock::Now;
 use crate::qos::volume::rate_to_ppm;

@@ -7,7 +7,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use crate::qos::device::DeviceState;
+use crate::qos::shared::DeviceState;
 
 use super::NodeBook;
 

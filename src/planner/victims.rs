@@ -23,7 +23,7 @@
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 
-use crate::qos::device::{DeviceShared, DeviceState};
+use crate::qos::shared::{DeviceShared, DeviceState};
 
 use super::{NodeBook, PeriodCtx};
 

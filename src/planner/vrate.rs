@@ -32,7 +32,7 @@
 //! the planner discarded out again, within 0.5×..2× of the base; this daemon does not,
 //! design §5.8.)
 
-use crate::qos::device::{DeviceShared, DeviceState};
+use crate::qos::shared::{DeviceShared, DeviceState};
 use crate::vtime::cdiv;
 
 /// Largest step, percent per period: taken at once after [`GROSS_STREAK`] gross misses.

@@ -50,35 +50,6 @@ pub(crate) const BACKGROUND_INFLIGHT_PCT: u64 = 10;
 /// time: so it is never starved, however busy the foreground.
 pub(crate) const BACKGROUND_FLOOR_PPM: u64 = 10_000;
 
-/// A change of a volume's class, latency target and/or reservation, checked and applied
-/// together (`QosDevice::set_service`). `None` keeps a setting; a reservation of
-/// `Some(None)` removes it.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct ServiceChange {
-    pub class: Option<Class>,
-    pub latency_target: Option<LatencyTarget>,
-    pub reserve: Option<Option<super::reserve::ReserveConfig>>,
-}
-
-/// A volume's settings beyond its weight, as the config and the simulator give them.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct VolumePolicy {
-    pub caps: Option<super::caps::CapsConfig>,
-    pub op_caps: Option<super::caps::OpCapsConfig>,
-    pub class: Class,
-    pub latency_target: Option<LatencyTarget>,
-    pub reserve: Option<super::reserve::ReserveConfig>,
-}
-
-/// A group's settings beyond its weight, as the config and the simulator give them.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct GroupPolicy {
-    pub caps: Option<super::caps::CapsConfig>,
-    pub reserve: Option<super::reserve::ReserveConfig>,
-    pub class: Class,
-    pub latency_target: Option<LatencyTarget>,
-}
-
 /// A latency class volume's target: `"p99 2ms"`: the `pct`-th percentile of its requests'
 /// latency in the daemon (from arrival to completion) within `us` microseconds.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -1,4 +1,4 @@
-//! The cost-model learner inside the controller (the estimator itself is
+//! The cost-model learner's control side (its state is [`super::learning`], the estimator
 //! [`crate::cost_model::learn`]).
 //!
 //! Completions feed the learner's tap from [`super::VolumeQos::complete_batch`]; the
@@ -7,81 +7,14 @@
 //! at the new prices over the old, so the device keeps admitting what it admitted and
 //! only the split between kinds of requests changes.
 
-use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use super::device::QosDevice;
 use super::error::QosError;
-use super::request::{Charge, Timing};
-use crate::cost_model::learn::tap::{LearnTap, TapBatch};
-use crate::cost_model::learn::{coefs_ns, params_from_coefs_ns, LearnStatus, Learner, Moved};
+use super::learning::{Active, LearnedModel};
+use crate::cost_model::learn::{coefs_ns, Learner, Moved};
 use crate::cost_model::{LinearParams, ModelConfig};
-use crate::vtime::VTIME_PER_NSEC;
-
-/// The learner's place in the device: the tap the data path feeds and, while learning,
-/// the learner with the configuration it refines.
-#[derive(Debug, Default)]
-pub struct Learning {
-    tap: LearnTap,
-    on: AtomicBool,
-    active: Mutex<Option<Active>>,
-}
-
-#[derive(Debug)]
-struct Active {
-    learner: Learner,
-    /// The model configuration learned from: its preset and non-data prices stay.
-    base: ModelConfig,
-}
-
-/// A learned model as the control plane shows and keeps it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LearnedModel {
-    /// The configuration in effect: the base with the learned six numbers.
-    pub model: ModelConfig,
-    pub status: LearnStatus,
-}
-
-impl Active {
-    fn view(&self) -> LearnedModel {
-        let status = self.learner.status();
-        let p = params_from_coefs_ns(&status.coefs_ns);
-        LearnedModel {
-            model: ModelConfig {
-                learn: self.base.learn,
-                ..ModelConfig::from_params(p)
-            }
-            .with_non_data_of(&self.base),
-            status,
-        }
-    }
-}
-
-/// Sums a batch of completions into the learner's tap (nothing while the model is
-/// pinned). Device time is from submission to completion: waiting for a device slot is
-/// the daemon's queue, not the device's.
-pub(crate) fn record(learning: &Learning, done: &[(Charge, Timing)]) {
-    if !learning.on.load(Relaxed) {
-        return;
-    }
-    let mut batch = TapBatch::default();
-    for (charge, t) in done {
-        if charge.kind.is_data() {
-            let device_ns = t.completed_ns.saturating_sub(t.submitted_ns);
-            batch.data(
-                &learning.tap,
-                charge.kind,
-                charge.seq,
-                charge.len,
-                device_ns,
-            );
-        } else {
-            batch.other(charge.abs_cost / VTIME_PER_NSEC);
-        }
-    }
-    learning.tap.add(&batch);
-}
 
 impl QosDevice {
     fn learning_state(&self) -> std::sync::MutexGuard<'_, Option<Active>> {

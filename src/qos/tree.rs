@@ -21,7 +21,7 @@ use std::sync::Arc;
 use crate::vtime::{cdiv_wide, vdiff, WEIGHT_ONE};
 
 use super::caps::NodeCaps;
-use super::volume::VolumeCore;
+use super::volume_core::VolumeCore;
 use super::weights::{NodeWeights, WEIGHT_DEFAULT};
 
 /// Index of a node in the tree's arena. The root is 0.
