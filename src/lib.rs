@@ -52,6 +52,7 @@ pub(crate) mod fd_limit;
 pub mod instance_lock;
 pub mod loadgen;
 pub mod logging;
+pub mod monotonic;
 pub mod planner;
 pub mod profile;
 pub mod qos;

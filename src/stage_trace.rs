@@ -92,7 +92,7 @@ pub fn mark_n(stage: Stage, n: u32) {
 #[cold]
 #[inline(never)]
 fn record(r: &Recorder, stage: Stage, n: u32) {
-    let at = crate::backend::engine::monotonic_now_ns();
+    let at = crate::monotonic::monotonic_now_ns();
     let mut events = r.events.lock().unwrap_or_else(|e| e.into_inner());
     if events.len() < MAX_EVENTS {
         events.push((stage, at, n));

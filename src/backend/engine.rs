@@ -52,15 +52,6 @@ pub struct Engine {
     completed_at_once: Vec<u64>,
 }
 
-/// CLOCK_MONOTONIC now, ns: the clock of [`Engine::push_until`]'s deadlines.
-pub fn monotonic_now_ns() -> u64 {
-    // SAFETY: timespec is plain data; clock_gettime writes it through a valid pointer.
-    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// Marks the user_data of a deadline's timeout (user_data of operations are slot indexes).
 const DEADLINE_BIT: u64 = 1 << 63;
 

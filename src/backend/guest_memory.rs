@@ -15,7 +15,8 @@ use std::sync::{Arc, RwLock};
 
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryRegion};
 
-use super::worker::Mem;
+/// Guest memory, with the migration log's dirty bitmap per region (design §8.8).
+pub type Mem = vm_memory::GuestMemoryMmap<super::dirty_log::DirtyLog>;
 
 /// Regions per connection: the slots the vhost-user-backend crate advertises
 /// (GET_MAX_MEM_SLOTS).

@@ -7,10 +7,10 @@
 
 use super::acceptor::{Acceptable, Acceptor, Token};
 use super::admission::Admission;
+use super::guest_memory::Mem;
 use super::handshake::HANDSHAKE_TIMEOUT;
 use super::vhost::VolumeBackend;
 use super::volume::{Volume, VolumeCounters};
-use super::worker::Mem;
 use std::io;
 use std::os::unix::io::AsRawFd;
 use std::path::PathBuf;

@@ -11,9 +11,11 @@
 use super::admission::Admission;
 use super::blk_config::{self, BlkConfig};
 use super::guest_memory::CurrentMemory;
+use super::guest_memory::Mem;
 use super::lease::ConnectionLease;
+use super::vhost_memory::MemoryTables;
 use super::volume::Volume;
-use super::worker::{Mem, QueueNumbers, Vring, Worker};
+use super::worker::{QueueNumbers, Vring, Worker};
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
@@ -61,15 +63,13 @@ pub struct VolumeBackend<A: Admission> {
     /// Pins each worker thread to its CPU (`cpu_affinity`) at its first event:
     /// vhost-user-backend starts the threads, so they place themselves.
     placed: Vec<std::sync::Once>,
-    pub(super) mem: CurrentMemory,
+    mem: CurrentMemory,
     tokens: Tokens,
     /// This connection's first message ([`super::handshake`]).
     pub handshake: Arc<super::handshake::Handshake>,
-    /// Refused memory tables are logged at most once a second.
-    pub(super) refused: Mutex<crate::logging::LogLimiter>,
-    /// The memory tables whose regions are guarded against SIGBUS ([`super::sigbus`]):
-    /// the accepted one, and older ones still held by requests in flight.
-    pub(super) guarded: Mutex<Vec<super::vhost_memory::GuardedTable>>,
+    /// The memory tables the frontend gave, guarded against SIGBUS
+    /// ([`super::vhost_memory`]).
+    tables: MemoryTables,
     /// [`super::sigbus::Registration::faults`] when this volume last looked.
     seen_faults: std::sync::atomic::AtomicUsize,
     /// Written once the connection is over: the vring worker threads end (see
@@ -77,9 +77,6 @@ pub struct VolumeBackend<A: Admission> {
     pub exit_evt: vmm_sys_util::eventfd::EventFd,
     /// The channel to the frontend (SET_BACKEND_REQ_FD), if it set one up.
     backend_req: Mutex<Option<vhost::vhost_user::Backend>>,
-    /// The last memory table accepted: its regions hold the migration log, if one was
-    /// set, for the next table's regions ([`super::dirty_log::carry_over`]).
-    pub(super) seen_mem: Mutex<Option<Arc<Mem>>>,
     /// The inflight-tracking region of this connection, if its frontend set one up
     /// ([`super::vhost_inflight`]).
     inflight: Mutex<Option<Arc<super::inflight_log::Region>>>,
@@ -119,14 +116,10 @@ impl<A: Admission> VolumeBackend<A> {
             tokens: Tokens::for_queues(volume.num_queues),
             handshake: Arc::default(),
             mem,
-            refused: Mutex::new(crate::logging::LogLimiter::new(
-                std::time::Duration::from_secs(1),
-            )),
-            guarded: Mutex::new(Vec::new()),
+            tables: MemoryTables::default(),
             seen_faults: std::sync::atomic::AtomicUsize::new(0),
             exit_evt: vmm_sys_util::eventfd::EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC)?,
             backend_req: Mutex::new(None),
-            seen_mem: Mutex::new(None),
             inflight: Mutex::new(None),
             volume,
         })
@@ -381,7 +374,7 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
     /// A new memory table (SET_MEM_TABLE, ADD_MEM_REG, REM_MEM_REG), already mapped by
     /// the vhost-user-backend crate ([`super::vhost_memory`]).
     fn update_memory(&self, mem: GuestMemoryAtomic<Mem>) -> io::Result<()> {
-        self.accept_memory(mem)
+        self.tables.accept(mem, &self.mem, &self.volume.name)
     }
 
     /// Worker `t` of `n` serves queues `t`, `t + n`, `t + 2n`... (one worker: all).
@@ -451,7 +444,7 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
                 .seen_faults
                 .swap(faults, std::sync::atomic::Ordering::Relaxed)
         {
-            self.report_memory_fault();
+            self.tables.report_fault(&self.volume.name);
         }
         // An error returned here would end the worker thread and silently stop the volume;
         // log it and keep serving (the next event retries).
@@ -469,7 +462,7 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
         // Look for more work while the poll window is open (design §8.10), the worker's
         // lock taken for each look so that GET_VRING_BASE can drain between them; at most
         // MAX_POLL_PHASE_NS before the timer and wake events get their turn in epoll.
-        let phase_end = super::engine::monotonic_now_ns() + MAX_POLL_PHASE_NS;
+        let phase_end = crate::monotonic::monotonic_now_ns() + MAX_POLL_PHASE_NS;
         let mut found = true;
         while let Some(deadline) = polling {
             if !found {

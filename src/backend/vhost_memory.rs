@@ -3,27 +3,54 @@
 //! file under a mapped region), and carrying the migration log over to the next table.
 
 use std::io;
-use std::sync::{Arc, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryRegion};
 
-use super::admission::Admission;
-use super::vhost::VolumeBackend;
-use super::worker::Mem;
+use super::guest_memory::{CurrentMemory, Mem};
+use crate::logging::LogLimiter;
 
 /// A memory table's regions registered with the SIGBUS handler, until the next table
-/// finds that nothing can use it any more (`VolumeBackend::guard`).
-pub(super) struct GuardedTable {
+/// finds that nothing can use it any more (`MemoryTables::guard`).
+struct GuardedTable {
     table: std::sync::Weak<Mem>,
     registration: super::sigbus::Registration,
 }
 
-impl<A: Admission> VolumeBackend<A> {
+/// The memory tables one connection was given.
+pub(super) struct MemoryTables {
+    /// Refused memory tables are logged at most once a second.
+    refused: Mutex<LogLimiter>,
+    /// The memory tables whose regions are guarded against SIGBUS ([`super::sigbus`]):
+    /// the accepted one, and older ones still held by requests in flight.
+    guarded: Mutex<Vec<GuardedTable>>,
+    /// The last memory table accepted: its regions hold the migration log, if one was
+    /// set, for the next table's regions ([`super::dirty_log::carry_over`]).
+    seen_mem: Mutex<Option<Arc<Mem>>>,
+}
+
+impl Default for MemoryTables {
+    fn default() -> Self {
+        MemoryTables {
+            refused: Mutex::new(LogLimiter::new(std::time::Duration::from_secs(1))),
+            guarded: Mutex::default(),
+            seen_mem: Mutex::default(),
+        }
+    }
+}
+
+impl MemoryTables {
     /// A new memory table (SET_MEM_TABLE, ADD_MEM_REG, REM_MEM_REG), already mapped by
     /// the vhost-user-backend crate. One the frontend may not use
     /// ([`super::guest_memory::check`]) is unmapped at once and the request fails; the
     /// volume's queues then see no memory until a valid table arrives.
-    pub(super) fn accept_memory(&self, mem: GuestMemoryAtomic<Mem>) -> io::Result<()> {
+    /// `current`: what the volume's workers load; `volume`: its name for the log.
+    pub(super) fn accept(
+        &self,
+        mem: GuestMemoryAtomic<Mem>,
+        current: &CurrentMemory,
+        volume: &str,
+    ) -> io::Result<()> {
         // The crate has published the table already, so a worker may be using it even if
         // it is refused below: guard it first.
         let table = mem.memory().into_inner();
@@ -38,9 +65,9 @@ impl<A: Admission> VolumeBackend<A> {
                 .unwrap_or_else(|e| e.into_inner())
                 .check();
             if let Some(suppressed) = log {
-                tracing::warn!(volume = %self.volume.name, suppressed, "frontend memory table refused: {e}");
+                tracing::warn!(volume, suppressed, "frontend memory table refused: {e}");
             }
-            self.mem.replace(mem);
+            current.replace(mem);
             return Err(io::Error::other(e));
         }
         {
@@ -50,7 +77,7 @@ impl<A: Admission> VolumeBackend<A> {
             if let Some(old) = seen.as_ref() {
                 let (old, new): (Vec<_>, Vec<_>) = (old.iter().collect(), new.iter().collect());
                 if let Err(e) = super::dirty_log::carry_over(&old, &new) {
-                    tracing::warn!(volume = %self.volume.name, "the migration log does not cover the new memory table ({e}): its writes there are not logged until the next SET_LOG_BASE");
+                    tracing::warn!(volume, "the migration log does not cover the new memory table ({e}): its writes there are not logged until the next SET_LOG_BASE");
                 }
             }
             *seen = Some(new);
@@ -58,13 +85,13 @@ impl<A: Admission> VolumeBackend<A> {
         // The table this replaced may be held by nothing now: its regions may be unmapped
         // and their addresses reused.
         drop(self.prune_guarded());
-        self.mem.replace(mem);
+        current.replace(mem);
         Ok(())
     }
 
     /// Some guest region or migration log faulted (its file shrank under the mapping):
-    /// say so if it was this volume's.
-    pub(super) fn report_memory_fault(&self) {
+    /// say so if it was volume `volume`'s.
+    pub(super) fn report_fault(&self, volume: &str) {
         let memory = self
             .guarded
             .lock()
@@ -94,7 +121,7 @@ impl<A: Admission> VolumeBackend<A> {
             .is_some()
         {
             tracing::warn!(
-                volume = %self.volume.name,
+                volume,
                 "the frontend shrank {what}: what lies past the file's end now reads as \
                  zeroes for this daemon; the VMM is broken or hostile"
             );
@@ -117,7 +144,7 @@ impl<A: Admission> VolumeBackend<A> {
         });
     }
 
-    /// Unregisters the tables nothing can use any more ([`VolumeBackend::guard`]).
+    /// Unregisters the tables nothing can use any more ([`MemoryTables::guard`]).
     fn prune_guarded(&self) -> MutexGuard<'_, Vec<GuardedTable>> {
         let last_accepted = self
             .seen_mem

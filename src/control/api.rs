@@ -5,9 +5,13 @@
 //! comes from the config file and `"runtime"` when it was set over the API (and is kept
 //! in the state file, see [`super::state`]).
 
+use crate::cost_model::learn::COEF_NAMES;
 use crate::cost_model::ModelConfig;
-use crate::qos::{CapsConfig, Class, LatencyTarget, OpCapsConfig, QosConfig, ReserveConfig};
+use crate::qos::{
+    CapsConfig, Class, LatencyTarget, LearnedModel, OpCapsConfig, QosConfig, ReserveConfig,
+};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// Where a value comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -308,4 +312,29 @@ pub struct StatsView {
     /// Volumes the query selected before `offset` and `limit` (all of them without one).
     #[serde(default)]
     pub volumes_total: usize,
+}
+
+impl LearnedView {
+    /// The learner's status as `GET /v1/device/model` shows it; `now_ns` on the QoS clock.
+    pub fn of(m: &LearnedModel, now_ns: u64) -> LearnedView {
+        let s = &m.status;
+        let named = |f: &dyn Fn(usize) -> Option<f64>| -> BTreeMap<String, Option<f64>> {
+            (0..COEF_NAMES.len())
+                .map(|k| (COEF_NAMES[k].to_string(), f(k)))
+                .collect()
+        };
+        LearnedView {
+            coefs_ns: named(&|k| Some((s.coefs_ns[k] * 10.0).round() / 10.0)),
+            stderr_pct: named(&|k| {
+                s.se[k]
+                    .is_finite()
+                    .then(|| (s.se[k] * 1000.0).round() / 10.0)
+            }),
+            saturated_windows: s.windows,
+            moves: s.moves,
+            last_moved_s_ago: s
+                .moved_at_ns
+                .map(|t| (now_ns.saturating_sub(t) / 100_000_000) as f64 / 10.0),
+        }
+    }
 }

@@ -167,7 +167,7 @@ impl Control {
             learned: self
                 .qos
                 .learned()
-                .map(|m| super::learned::learned_view(&m, now_ns)),
+                .map(|m| super::api::LearnedView::of(&m, now_ns)),
         }
     }
 

@@ -8,27 +8,10 @@
 //! device and base it was learned from, and the next start on the same device and base
 //! resumes from it; a new base (a `PUT /v1/device/model`) starts learning afresh.
 
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-
-use super::api::LearnedView;
 use super::context::{lock, Control};
-use super::state::RuntimeState;
-use crate::cost_model::learn::COEF_NAMES;
+use super::state::{LearnedEntry, RuntimeState};
 use crate::cost_model::ModelConfig;
 use crate::qos::LearnedModel;
-
-/// A learned model kept in the state file.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LearnedEntry {
-    /// The device it was learned on (its path).
-    pub device: String,
-    /// The model it was learned from.
-    pub base: ModelConfig,
-    /// The six numbers learned.
-    pub model: ModelConfig,
-}
 
 impl Control {
     /// The model learned from, and whether it learns.
@@ -94,28 +77,5 @@ impl Control {
         if let Err(e) = st.save(&self.state_path) {
             tracing::warn!(path = %self.state_path.display(), "cannot keep the learned model in the state file: {e}");
         }
-    }
-}
-
-/// The learner's status as `GET /v1/device/model` shows it; `now_ns` on the QoS clock.
-pub fn learned_view(m: &LearnedModel, now_ns: u64) -> LearnedView {
-    let s = &m.status;
-    let named = |f: &dyn Fn(usize) -> Option<f64>| -> BTreeMap<String, Option<f64>> {
-        (0..COEF_NAMES.len())
-            .map(|k| (COEF_NAMES[k].to_string(), f(k)))
-            .collect()
-    };
-    LearnedView {
-        coefs_ns: named(&|k| Some((s.coefs_ns[k] * 10.0).round() / 10.0)),
-        stderr_pct: named(&|k| {
-            s.se[k]
-                .is_finite()
-                .then(|| (s.se[k] * 1000.0).round() / 10.0)
-        }),
-        saturated_windows: s.windows,
-        moves: s.moves,
-        last_moved_s_ago: s
-            .moved_at_ns
-            .map(|t| (now_ns.saturating_sub(t) / 100_000_000) as f64 / 10.0),
     }
 }

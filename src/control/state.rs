@@ -104,7 +104,7 @@ pub struct RuntimeState {
     pub calibrated: Option<Calibration>,
     /// The model learned from live traffic (`super::learned`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub learned: Option<super::learned::LearnedEntry>,
+    pub learned: Option<LearnedEntry>,
     /// Groups added at run time (`POST /v1/groups`), as `[[group]]` tables.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub added_groups: Vec<GroupConfig>,
@@ -282,6 +282,18 @@ impl RuntimeState {
 pub enum Added {
     Group(GroupConfig),
     Volume(Box<VolumeConfig>),
+}
+
+/// A learned model kept in the state file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LearnedEntry {
+    /// The device it was learned on (its path).
+    pub device: String,
+    /// The model it was learned from.
+    pub base: ModelConfig,
+    /// The six numbers learned.
+    pub model: ModelConfig,
 }
 
 #[cfg(test)]

@@ -25,14 +25,12 @@
 //! in a direction with a latency target; a reader starved behind a writer's queue
 //! completes a read every few dozen milliseconds while the writer completes plenty.
 
-use super::lat_stat::LatStat;
+use super::lat_stat::{clearly_met, LatStat, UNBUSY_THR_PCT};
 use super::latency_floor::LatencyTrend;
 use crate::vtime::MILLION;
 
 /// rq-wait above this percentage of the period means saturated.
 pub const RQ_WAIT_BUSY_PCT: u32 = 5;
-/// "Clearly not busy" = below this percentage of every threshold.
-pub const UNBUSY_THR_PCT: u32 = 75;
 /// busy_level bound.
 pub const BUSY_LEVEL_MAX: i32 = 1000;
 
@@ -61,15 +59,6 @@ pub(crate) fn aim(ppm_thr: [u32; 2]) -> [u32; 2] {
             (u64::from(thr) * AIM_PCT / 100) as u32
         }
     })
-}
-
-/// Misses below 75 % of the allowed share, or no target at all (`thr` = 1e6). Deviation:
-/// the kernel also compares a direction without a percentile (1e6 allowed) against
-/// 75 %, so writes over a write latency that is no target (calibrated defaults: `wpct
-/// = 0`) kept vrate from ever rising.
-pub(crate) fn clearly_met(missed_ppm: u32, thr: u32) -> bool {
-    u64::from(thr) >= MILLION
-        || u64::from(missed_ppm) <= u64::from(thr) * u64::from(UNBUSY_THR_PCT) / 100
 }
 
 /// The next busy_level. `ppm_thr` = `[1e6 − rppm, 1e6 − wppm]`.

@@ -21,7 +21,8 @@ use crate::qos::shared::DeviceState;
 use crate::qos::tree::{ROOT, W};
 use crate::vtime::cdiv_wide;
 
-use super::{NodeBook, PlannerState};
+use super::books::NodeBook;
+use super::PlannerState;
 
 use std::sync::atomic::Ordering::Relaxed;
 

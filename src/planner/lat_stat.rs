@@ -5,12 +5,7 @@
 //! differences since its last run and turns them into the two saturation signals:
 //! missed-latency ppm per direction and rq-wait as a percentage of the period.
 
-use crate::qos::shared::DeviceState;
 use crate::vtime::{cdiv, MILLION};
-
-use super::NodeBook;
-
-use std::sync::atomic::Ordering::Relaxed;
 
 /// A direction's mean latency at least this many times its target is a gross miss.
 pub const GROSS_MISS_FACTOR: u64 = 4;
@@ -60,9 +55,9 @@ impl LatStat {
     }
 
     /// Misses within 75 % of the aim in every direction with a target
-    /// (`super::busy::clearly_met`); `aim` = the misses aimed at per direction.
+    /// ([`clearly_met`]); `aim` = the misses aimed at per direction.
     pub(crate) fn clearly_met(&self, aim: [u32; 2]) -> bool {
-        (0..2).all(|rw| super::busy::clearly_met(self.missed_ppm[rw], aim[rw]))
+        (0..2).all(|rw| clearly_met(self.missed_ppm[rw], aim[rw]))
     }
 
     /// Nothing completed that could tell whether a target was met: no completion in any
@@ -87,6 +82,18 @@ impl LatStat {
     }
 }
 
+/// "Clearly not busy" = below this percentage of every threshold.
+pub const UNBUSY_THR_PCT: u32 = 75;
+
+/// Misses below 75 % of the allowed share, or no target at all (`thr` = 1e6). Deviation:
+/// the kernel also compares a direction without a percentile (1e6 allowed) against
+/// 75 %, so writes over a write latency that is no target (calibrated defaults: `wpct
+/// = 0`) kept vrate from ever rising.
+pub(crate) fn clearly_met(missed_ppm: u32, thr: u32) -> bool {
+    u64::from(thr) >= MILLION
+        || u64::from(missed_ppm) <= u64::from(thr) * u64::from(UNBUSY_THR_PCT) / 100
+}
+
 /// Completions to judge a percentile by: enough that two of them may miss at the share
 /// the controller aims at (50 for a p90 target, 100 for p95; [`super::busy::aim`]), so
 /// one unlucky request is not taken for the percentile.
@@ -97,16 +104,16 @@ pub const MAX_WINDOW_PERIODS: u32 = 16;
 /// The raw latency counters of one period, or of a window of periods added together.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct LatCounts {
-    met: [u64; 2],
-    missed: [u64; 2],
-    lat_sum_us: [u64; 2],
-    lat_sq_sum: [u64; 2],
-    rq_wait_ns: u64,
-    elapsed_ns: u64,
+    pub met: [u64; 2],
+    pub missed: [u64; 2],
+    pub lat_sum_us: [u64; 2],
+    pub lat_sq_sum: [u64; 2],
+    pub rq_wait_ns: u64,
+    pub elapsed_ns: u64,
 }
 
 impl LatCounts {
-    fn add(&mut self, o: &LatCounts) {
+    pub(crate) fn add(&mut self, o: &LatCounts) {
         for rw in 0..2 {
             self.met[rw] += o.met[rw];
             self.missed[rw] += o.missed[rw];
@@ -226,66 +233,6 @@ fn enough_to_judge(counts: &LatCounts, ppm_thr: [u32; 2]) -> bool {
         let thr = u64::from(ppm_thr[rw]);
         thr < MILLION && counts.done(rw) * thr.max(1) >= WINDOW_MISSES * MILLION
     })
-}
-
-/// Collect and reset-by-snapshot the counters of the active volumes: each volume's own
-/// period is kept in its book (for [`of_victims`]), and the device's total returned.
-pub(crate) fn collect(st: &DeviceState, books: &mut [NodeBook], elapsed_ns: u64) -> LatCounts {
-    let mut c = LatCounts {
-        elapsed_ns,
-        ..LatCounts::default()
-    };
-    // Only active volumes can have completed anything since the last run: a volume is
-    // deactivated only after a whole period with nothing in flight, and this runs
-    // before deactivation.
-    for (id, v) in st.active.iter() {
-        let node = &mut books[*id];
-        let mut own = LatCounts::default();
-        for rw in 0..2 {
-            let m = v.lat.nr_met[rw].load(Relaxed);
-            let x = v.lat.nr_missed[rw].load(Relaxed);
-            own.met[rw] = u64::from(m.wrapping_sub(node.last_met[rw]));
-            own.missed[rw] = u64::from(x.wrapping_sub(node.last_missed[rw]));
-            node.last_met[rw] = m;
-            node.last_missed[rw] = x;
-            let l = v.lat.lat_sum_us[rw].load(Relaxed);
-            own.lat_sum_us[rw] = l.wrapping_sub(node.last_lat_sum_us[rw]);
-            node.last_lat_sum_us[rw] = l;
-            let q = v.lat.lat_sq_sum[rw].load(Relaxed);
-            own.lat_sq_sum[rw] = q.wrapping_sub(node.last_lat_sq_sum[rw]);
-            node.last_lat_sq_sum[rw] = q;
-        }
-        let w = v.lat.rq_wait_ns.load(Relaxed);
-        own.rq_wait_ns = w.wrapping_sub(node.last_rq_wait_ns);
-        node.last_rq_wait_ns = w;
-        c.add(&own);
-        node.lat_period = own;
-    }
-    c
-}
-
-/// The latency signal the controller steers by under `protect = "underserved"`: the
-/// period's completions of the *victims* only (volumes served below their share or
-/// reservation, marked by [`super::victims::mark`]), with the device's slot waits and
-/// period length from `total`.
-pub(crate) fn of_victims(st: &DeviceState, books: &[NodeBook], total: &LatCounts) -> LatCounts {
-    let mut c = LatCounts {
-        rq_wait_ns: total.rq_wait_ns,
-        elapsed_ns: total.elapsed_ns,
-        ..LatCounts::default()
-    };
-    for (id, _) in st.active.iter() {
-        let book = &books[*id];
-        if book.victim {
-            let own = LatCounts {
-                rq_wait_ns: 0,
-                elapsed_ns: 0,
-                ..book.lat_period
-            };
-            c.add(&own);
-        }
-    }
-    c
 }
 
 /// Standard error of the mean of `n` samples with sum `sum` and sum of squares `sq`:

@@ -40,7 +40,7 @@ use crate::qos::histogram::TargetWindow;
 use crate::qos::shared::{DeviceShared, DeviceState};
 use crate::qos::tree::NodeId;
 
-use super::state::NodeBook;
+use super::books::NodeBook;
 
 /// A window closes after this long even with fewer completions than the percentile needs.
 pub const WINDOW_MAX_NS: u64 = 1_000_000_000;

@@ -34,6 +34,7 @@
 //! The order follows the kernel's `ioc_timer_fn` (design §5.2).
 
 pub(crate) mod attainable;
+pub(crate) mod books;
 pub(crate) mod busy;
 pub(crate) mod classify;
 pub(crate) mod donation;
@@ -41,6 +42,7 @@ pub(crate) mod idle;
 pub(crate) mod lat_stat;
 pub(crate) mod latency_class;
 pub(crate) mod latency_floor;
+pub(crate) mod service_share;
 mod state;
 pub(crate) mod usage;
 pub(crate) mod victims;
@@ -59,9 +61,10 @@ use crate::qos::volume::rate_to_ppm;
 use crate::qos::{Protect, QosDevice};
 use crate::vtime::MILLION;
 use lat_stat::LatStat;
-pub(crate) use state::{NodeBook, PlannerState};
+pub(crate) use state::PlannerState;
 
-pub use busy::{BUSY_LEVEL_MAX, RQ_WAIT_BUSY_PCT, UNBUSY_THR_PCT};
+pub use busy::{BUSY_LEVEL_MAX, RQ_WAIT_BUSY_PCT};
+pub use lat_stat::UNBUSY_THR_PCT;
 pub use vrate::{vrate_adj_pct, VRATE_CLAMP_ADJ_PCT};
 
 /// Values fixed for one planner run.
@@ -126,7 +129,7 @@ fn plan(dev: &DeviceShared, ps: &mut PlannerState) -> u64 {
         return due - now.now_ns;
     }
     let elapsed_ns = now.now_ns.saturating_sub(period_at_ns).max(1);
-    let period_lat = lat_stat::collect(st, ps.books(st.tree.nodes.len()), elapsed_ns);
+    let period_lat = books::collect(st, ps.books(st.tree.nodes.len()), elapsed_ns);
     let period_vtime = now.vnow.wrapping_sub(period_at_vtime);
     if period_vtime == 0 {
         return period_ns;
@@ -162,7 +165,7 @@ fn plan(dev: &DeviceShared, ps: &mut PlannerState) -> u64 {
     let (demand, _usage_us_sum) = classify::classify(dev, st, ps, &ctx);
     let underserved_only = params.protect == Protect::Underserved;
     let protected = if underserved_only {
-        lat_stat::of_victims(st, ps.books(st.tree.nodes.len()), &period_lat)
+        books::of_victims(st, ps.books(st.tree.nodes.len()), &period_lat)
     } else {
         period_lat
     };

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use crate::qos::shared::DeviceState;
 
-use super::NodeBook;
+use super::books::NodeBook;
 
 /// Flush the usage of all active volumes; `elapsed_ns` is the period's real length.
 pub(crate) fn flush(st: &mut DeviceState, books: &mut [NodeBook], elapsed_ns: u64) {

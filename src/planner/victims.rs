@@ -2,7 +2,7 @@
 //!
 //! Lowering vrate shrinks every volume's budget alike; it helps a volume only if others
 //! take more of the device than they are entitled to. So the latency signal that steers
-//! vrate ([`super::lat_stat::of_victims`]) counts the completions of *victims* only:
+//! vrate ([`super::books::of_victims`]) counts the completions of *victims* only:
 //!
 //! * a volume whose share of the device's service (its usage per unit of the time it
 //!   was active, over all foreground volumes', averaged over about [`SMOOTHING`]
@@ -25,17 +25,13 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed};
 
 use crate::qos::shared::{DeviceShared, DeviceState};
 
-use super::{NodeBook, PeriodCtx};
+use super::books::NodeBook;
+use super::service_share::Service;
+use super::PeriodCtx;
 
-/// The service share and completion count are averaged over about this many periods.
-pub const SMOOTHING: f64 = 64.0;
 /// A volume back from a pause longer than this starts its average afresh; one that
 /// paused for less (its client did not get the CPU for a few periods) keeps it.
 pub const FRESH_AFTER_IDLE_NS: u64 = 1_000_000_000;
-/// A deficit smaller than this fraction of the entitled share is no victim's.
-pub const MIN_DEFICIT: f64 = 0.01;
-/// A deficit this large needs no more samples.
-pub const OBVIOUS_DEFICIT: f64 = 0.5;
 /// Beside one other volume, a deficit must exceed this many relative standard errors of
 /// the share (binomial: √((1 − share) / n) for n completions).
 pub const DEFICIT_SE: f64 = 2.0;
@@ -98,52 +94,10 @@ fn service_rate(st: &DeviceState, id: usize, usage_abs: u64, ctx: &PeriodCtx) ->
     usage_abs as f64 / active_ns as f64
 }
 
-/// A volume's recent share of the foreground's service, the share it was entitled to
-/// over the same periods, and its completions per period. The entitled share is
-/// averaged alike: when neighbours come and go it jumps at once while the service
-/// share follows over many periods, and comparing the two then would find every
-/// volume short whenever one neighbour paused.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub(crate) struct Service {
-    share: f64,
-    entitled: f64,
-    done: f64,
-    /// Periods averaged, up to [`SMOOTHING`].
-    periods: f64,
-}
-
-impl Service {
-    /// Adds a period: a plain mean until [`SMOOTHING`] periods are in, then an
-    /// exponential average over about that many.
-    fn blend(self, share: f64, entitled: f64, done: f64) -> Service {
-        let periods = (self.periods + 1.0).min(SMOOTHING);
-        let keep = (periods - 1.0) / periods;
-        Service {
-            share: self.share * keep + share / periods,
-            entitled: self.entitled * keep + entitled / periods,
-            done: self.done * keep + done / periods,
-            periods,
-        }
-    }
-
-    /// Served below its entitled share by more than `z` standard errors.
-    fn short_of(self, z: f64) -> bool {
-        let samples = self.done * self.periods;
-        if samples < 1.0 {
-            return false;
-        }
-        // The share's relative standard error: binomial, √((1 − p) / n).
-        let se = ((1.0 - self.share.min(1.0)) / samples).sqrt();
-        // Served below half its share, a volume is underserved however few its samples:
-        // a paced reader back from idle is protected from its first period.
-        let deficit = MIN_DEFICIT.max((z * se).min(OBVIOUS_DEFICIT));
-        self.share < self.entitled * (1.0 - deficit)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::planner::service_share::SMOOTHING;
 
     /// Served `share` for long, entitled to `entitled`, `done` completions a period.
     fn steady(share: f64, entitled: f64, done: f64) -> bool {

@@ -20,7 +20,7 @@
 //!   p99 in 218 of 220 seconds. Above 100 % it lets a pessimistic model's device run up to
 //!   4× faster. A lone tenant is never throttled, whatever the bounds.
 
-use super::plan::{Profile, PERCENTILES};
+use super::plan::{Profile, PERCENTILES, WRITE_ESTIMATE};
 use crate::duration::DurationUs;
 use crate::qos::QosConfig;
 
@@ -76,6 +76,65 @@ fn target(latency_us: [u64; 4], percentile: f64) -> (f64, u64) {
     (PERCENTILES[index], lat)
 }
 
+impl Profile {
+    /// The `[device.model]` and `[device.qos]` tables, ready to paste into a config, with
+    /// targets at `percentile` ([`suggest_qos`]: the daemon's own calibrated defaults).
+    /// Every table it prints is one the config accepts: unmeasured write coefficients are
+    /// printed as estimates, marked so.
+    pub fn to_toml(&self, percentile: f64, header: &str) -> String {
+        use std::fmt::Write;
+        let q = suggest_qos(self, percentile);
+        let m = self.model_with_writes();
+        let mut out = String::new();
+        for line in header.lines() {
+            let _ = writeln!(out, "# {line}");
+        }
+        let _ = writeln!(out, "[device.model]");
+        let _ = writeln!(out, "rbps = {}", m.rbps);
+        let _ = writeln!(out, "rseqiops = {}", m.rseqiops);
+        let _ = writeln!(out, "rrandiops = {}", m.rrandiops);
+        let estimated = if self.writes_measured() {
+            String::new()
+        } else {
+            format!(
+                "   # estimated: {WRITE_ESTIMATE} x the read value (writes not measured; \
+                 --scratch or --destructive measures them)"
+            )
+        };
+        let _ = writeln!(out, "wbps = {}{estimated}", m.wbps);
+        let _ = writeln!(out, "wseqiops = {}{estimated}", m.wseqiops);
+        let _ = writeln!(out, "wrandiops = {}{estimated}", m.wrandiops);
+        let rlat = q.rlat.unwrap_or(DurationUs(1));
+        let _ = writeln!(out, "\n[device.qos]");
+        let _ = writeln!(
+            out,
+            "# {LATENCY_MARGIN} x the p{} read latency at 90% load; no write latency signal; \
+             vrate free to throttle a writer to 25% (docs/qos.md: Profiling)",
+            q.rpct
+        );
+        let _ = writeln!(out, "rpct = {:.1}", q.rpct);
+        let _ = writeln!(out, "rlat = \"{rlat}\"");
+        if let Some((wpct, wlat)) = measured_write_target(self, percentile) {
+            let _ = writeln!(
+                out,
+                "# to judge writes too: wpct = {wpct:.1} and wlat = \"{}\" (measured)",
+                DurationUs(wlat)
+            );
+        }
+        let _ = writeln!(out, "wpct = {:.1}", q.wpct);
+        let _ = writeln!(out, "wlat = \"{}\"", q.wlat.unwrap_or(rlat));
+        let _ = writeln!(out, "min = {:.1}", q.min);
+        let _ = writeln!(out, "max = {:.1}", q.max);
+        let _ = writeln!(
+            out,
+            "# a derived target: only volumes served below their share lower vrate \
+             (\"all\" makes it bind every volume; docs/qos.md: How QoS works)"
+        );
+        let _ = writeln!(out, "protect = \"underserved\"");
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,5 +181,49 @@ mod tests {
             assert_eq!((q.min, q.max, q.enable), (defaults.min, defaults.max, true));
             q.validate().unwrap();
         }
+    }
+
+    /// The printed tables are ones the config accepts, and the `[device.qos]` it parses
+    /// is exactly [`suggest_qos`]'s, the daemon's calibrated defaults. Without measured
+    /// writes the write coefficients are printed as estimates, marked; with them the
+    /// measured write target is offered as a comment.
+    #[test]
+    fn the_printed_tables_parse_to_the_suggestion() {
+        let reads_only = Profile {
+            model: LinearParams {
+                rbps: 1_000_000,
+                rseqiops: 100,
+                rrandiops: 51,
+                ..LinearParams::default()
+            },
+            read_latency_us: [100, 200, 300, 400],
+            write_latency_us: [0; 4],
+        };
+        let with_writes = Profile {
+            model: LinearParams {
+                wbps: 400_000,
+                wseqiops: 40,
+                wrandiops: 20,
+                ..reads_only.model
+            },
+            write_latency_us: [1000, 2000, 3000, 4000],
+            ..reads_only.clone()
+        };
+        for p in [&reads_only, &with_writes] {
+            let text = p.to_toml(95.0, "x");
+            let config = format!(
+                "[device]\npath = \"x\"\n{text}\n[[volume]]\nname = \"v\"\nsocket = \"v.sock\"\nsize = 4096\n"
+            );
+            let c =
+                crate::config::Config::parse(&config).unwrap_or_else(|e| panic!("{e}\n{config}"));
+            assert_eq!(c.device.qos, suggest_qos(p, 95.0), "{text}");
+            assert_eq!(c.device.model.linear_params(), p.model_with_writes());
+            assert!(text.contains("rlat = \"450us\""), "{text}");
+        }
+        let text = reads_only.to_toml(95.0, "x");
+        assert!(text.contains("wrandiops = 26   # estimated"), "{text}");
+        assert!(!text.contains("to judge writes"), "{text}");
+        let text = with_writes.to_toml(95.0, "x");
+        assert!(text.contains("wpct = 95.0 and wlat = \"4500us\""), "{text}");
     }
 }

@@ -46,7 +46,8 @@ use super::clock::Clock;
 use super::config::QosConfig;
 use super::error::QosError;
 use super::params::QosParams;
-use super::reserve::{self, ReserveConfig};
+use super::reserve::ReserveConfig;
+use super::reserve_shares;
 use super::shared::{DeviceCfg, DeviceShared, DeviceState};
 use super::stats::{DeviceStats, PeriodRecord};
 use super::tree::{NodeId, Tree, ROOT};
@@ -343,7 +344,7 @@ impl QosDevice {
             .volumes
             .iter()
             .copied()
-            .max_by_key(|&v| reserve::own_ppm(&st.tree.nodes[v], model));
+            .max_by_key(|&v| reserve_shares::own_ppm(&st.tree.nodes[v], model));
         match largest {
             Some(id) => st.check_reservations(model, min_pct, id),
             None => Ok(()),

@@ -11,7 +11,8 @@ use super::device::{check_weight, QosDevice};
 use super::error::QosError;
 use super::histogram::TargetWindow;
 use super::policy::{GroupPolicy, ServiceChange, VolumePolicy};
-use super::reserve::{self, ReserveConfig};
+use super::reserve::ReserveConfig;
+use super::reserve_shares;
 use super::shared::DeviceState;
 use super::tree::NodeId;
 use super::volume_core::VolumeCore;
@@ -316,7 +317,7 @@ impl QosDevice {
         let named = staged
             .iter()
             .map(|(id, ..)| *id)
-            .max_by_key(|&id| reserve::own_ppm(&st.tree.nodes[id], &*cfg.model));
+            .max_by_key(|&id| reserve_shares::own_ppm(&st.tree.nodes[id], &*cfg.model));
         if let Some(named) = named {
             if let Err(e) = st.check_reservations(&*cfg.model, cfg.qos.min, named) {
                 for ((id, ..), (background, reserve)) in staged.iter().zip(old).rev() {

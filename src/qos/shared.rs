@@ -13,7 +13,8 @@ use super::config::QosConfig;
 use super::error::QosError;
 use super::learning::Learning;
 use super::params::{Margins, QosParams};
-use super::reserve::{self, reservable_ppm};
+use super::reserve::reservable_ppm;
+use super::reserve_shares;
 use super::stats::PeriodRecord;
 use super::tree::{NodeId, Tree, ROOT};
 use super::vclock::{Now, VClock};
@@ -178,7 +179,7 @@ impl DeviceShared {
     pub(crate) fn apply_reservations(&self, st: &DeviceState) {
         let model = &*self.cfg().model;
         let now_ns = self.clock.now_ns();
-        let shares = reserve::volume_shares(&st.tree, model);
+        let shares = reserve_shares::volume_shares(&st.tree, model);
         for &id in &st.tree.volumes {
             if let Some(core) = &st.tree.nodes[id].volume {
                 if core.reserve.share_ppm.load(Relaxed) != shares[id] {
@@ -334,14 +335,14 @@ impl DeviceState {
         min_pct: f64,
         changed: NodeId,
     ) -> Result<(), QosError> {
-        let total = reserve::total_ppm(&self.tree, model);
+        let total = reserve_shares::total_ppm(&self.tree, model);
         let limit = reservable_ppm(min_pct);
         if total <= limit {
             return Ok(());
         }
         Err(QosError::Overcommitted {
             name: self.tree.nodes[changed].name.clone(),
-            share_pct: reserve::own_ppm(&self.tree.nodes[changed], model) as f64 / 1e4,
+            share_pct: reserve_shares::own_ppm(&self.tree.nodes[changed], model) as f64 / 1e4,
             total_pct: total as f64 / 1e4,
             reservable_pct: limit as f64 / 1e4,
         })

@@ -24,11 +24,7 @@ use super::caps::NodeCaps;
 use super::volume_core::VolumeCore;
 use super::weights::{NodeWeights, WEIGHT_DEFAULT};
 
-/// Index of a node in the tree's arena. The root is 0.
-pub(crate) type NodeId = usize;
-
-/// Root node id.
-pub(crate) const ROOT: NodeId = 0;
+pub(crate) use super::node_id::{NodeId, ROOT};
 
 /// Per-node state that only the lock holder touches.
 #[derive(Debug)]

@@ -10,8 +10,8 @@ use arc_swap::ArcSwap;
 
 use super::caps::NodeCaps;
 use super::histogram::LatencyWindows;
+use super::node_id::NodeId;
 use super::reserve::ReserveBudget;
-use super::tree::NodeId;
 use super::weights::{compute_hweights, pack_cache, unpack_cache, NodeWeights};
 use crate::vtime::{vdiff, WEIGHT_ONE};
 

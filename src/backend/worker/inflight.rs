@@ -13,11 +13,12 @@ use super::{Mem, Popped, Worker};
 use crate::backend::admission::{Admission, IoKind, IoRequest, Timing};
 use crate::backend::admit_queue::Parked;
 use crate::backend::bounce::BounceBuffer;
-use crate::backend::engine::{monotonic_now_ns, DeviceOp};
+use crate::backend::engine::DeviceOp;
 use crate::backend::request::{RequestKind, Segment};
 use crate::backend::volume::VolumeCounters;
 use crate::cost_model::CostInput;
 use crate::emulated::faults::{Fault, FaultError};
+use crate::monotonic::monotonic_now_ns;
 use crate::stage_trace::{self, Stage};
 
 /// Linux caps one readv/writev at this many iovecs; larger requests are bounced.

@@ -22,7 +22,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use vhost_user_backend::VringRwLock;
-use vm_memory::GuestMemoryMmap;
 use vmm_sys_util::eventfd::EventFd;
 use vmm_sys_util::timerfd::TimerFd;
 
@@ -30,14 +29,12 @@ use self::records::Records;
 use super::admission::{Admission, Timing};
 use super::admit_queue::{AdmitQueue, Next, Parked, WaitDeadline};
 use super::engine::Engine;
-use super::guest_memory::CurrentMemory;
+use super::guest_memory::{CurrentMemory, Mem};
 use super::lease::ConnectionLease;
 use super::request::{ChainLayout, RequestKind, Segment};
 use super::volume::Volume;
 use crate::logging::LogLimiter;
 
-/// Guest memory, with the migration log's dirty bitmap per region (design §8.8).
-pub type Mem = GuestMemoryMmap<super::dirty_log::DirtyLog>;
 pub type Vring = VringRwLock<vm_memory::GuestMemoryAtomic<Mem>>;
 
 /// A validated request as popped: where it came from, what starting it needs beyond the

@@ -32,7 +32,7 @@ use vhost_user_backend::VringT;
 
 use super::{Vring, Worker};
 use crate::backend::admission::Admission;
-use crate::backend::engine::monotonic_now_ns;
+use crate::monotonic::monotonic_now_ns;
 
 /// The first window after none: a wake-up on this machine costs a few microseconds of
 /// CPU time, so shorter windows rarely pay.

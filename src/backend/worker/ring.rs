@@ -15,11 +15,11 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend};
 use super::{Mem, Popped, Vring, Worker};
 use crate::backend::admission::{Admission, IoKind, IoRequest};
 use crate::backend::chain;
-use crate::backend::engine::monotonic_now_ns;
 use crate::backend::request::{self, ChainLayout, Request, RequestError, RequestKind};
 use crate::backend::split_ring::SplitRing;
 use crate::backend::volume::VolumeCounters;
 use crate::emulated::crash::{self, CrashPoint};
+use crate::monotonic::monotonic_now_ns;
 use crate::stage_trace::{self, Stage};
 
 /// Consecutive passes that pop nothing while the ring says more is available before the

@@ -1,0 +1,52 @@
+//! A volume's recent share of the device's service against the share it is entitled to,
+//! averaged over periods, and the test of whether it is served short ([`super::victims`]).
+
+/// The service share and completion count are averaged over about this many periods.
+pub const SMOOTHING: f64 = 64.0;
+/// A deficit smaller than this fraction of the entitled share is no victim's.
+pub const MIN_DEFICIT: f64 = 0.01;
+/// A deficit this large needs no more samples.
+pub const OBVIOUS_DEFICIT: f64 = 0.5;
+
+/// A volume's recent share of the foreground's service, the share it was entitled to
+/// over the same periods, and its completions per period. The entitled share is
+/// averaged alike: when neighbours come and go it jumps at once while the service
+/// share follows over many periods, and comparing the two then would find every
+/// volume short whenever one neighbour paused.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct Service {
+    pub share: f64,
+    pub entitled: f64,
+    pub done: f64,
+    /// Periods averaged, up to [`SMOOTHING`].
+    pub periods: f64,
+}
+
+impl Service {
+    /// Adds a period: a plain mean until [`SMOOTHING`] periods are in, then an
+    /// exponential average over about that many.
+    pub(crate) fn blend(self, share: f64, entitled: f64, done: f64) -> Service {
+        let periods = (self.periods + 1.0).min(SMOOTHING);
+        let keep = (periods - 1.0) / periods;
+        Service {
+            share: self.share * keep + share / periods,
+            entitled: self.entitled * keep + entitled / periods,
+            done: self.done * keep + done / periods,
+            periods,
+        }
+    }
+
+    /// Served below its entitled share by more than `z` standard errors.
+    pub(crate) fn short_of(self, z: f64) -> bool {
+        let samples = self.done * self.periods;
+        if samples < 1.0 {
+            return false;
+        }
+        // The share's relative standard error: binomial, √((1 − p) / n).
+        let se = ((1.0 - self.share.min(1.0)) / samples).sqrt();
+        // Served below half its share, a volume is underserved however few its samples:
+        // a paced reader back from idle is protected from its first period.
+        let deficit = MIN_DEFICIT.max((z * se).min(OBVIOUS_DEFICIT));
+        self.share < self.entitled * (1.0 - deficit)
+    }
+}
