@@ -3,7 +3,8 @@
 # and no QoS: fio directly on a 2 GiB file, the writer (sequential, QD8) held at fixed
 # bandwidths by fio's own rate limiter, i.e. perfectly paced. If the reader keeps less
 # than half its solo IOPS here with the writer at half its solo bandwidth, no admission
-# scheduler in front of this disk can give both tenants half (BENCHMARKS.md section 2).
+# scheduler in front of this disk can give both tenants half (BENCHMARKS.md, "What a
+# paced writer leaves the reader").
 #   usage: scripts/bench-frontier.sh [RUNTIME_SECONDS]      (needs: fio)
 #   RATES="600 850 1000 1200" ...    writer bandwidths to try, MiB/s (default)
 #   WRITER_BS=1M ...                 the writer's block size (default 1M)

@@ -18,7 +18,7 @@
 #   TRACE=FILE ...                    section 2 writes the planner's per-period records of
 #                                     each QoS-on run together to FILE.1, FILE.2, ...
 # MODEL overrides the [device.model] keys and QOS the [device.qos] keys of the file runs
-# (default: the coefficients measured on the benchmark machine, see BENCHMARKS.md).
+# (default: the coefficients measured on the benchmark machine, in scripts/lib.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runtime=${1:-10}

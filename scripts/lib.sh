@@ -2,7 +2,7 @@
 # started from a config text and stopped by PID. Source it after `set -euo pipefail`.
 
 # The cost model measured with fio on the benchmark machine's disk, and the QoS targets of
-# the noisy-neighbour runs (BENCHMARKS.md section 2). MODEL and QOS override them.
+# the noisy-neighbour runs (BENCHMARKS.md, "Load generator pictures"). MODEL and QOS override them.
 model=${MODEL:-"rbps = 1500000000
 rseqiops = 110000
 rrandiops = 110000

@@ -23,19 +23,15 @@
 //! level is the one to hold against), and from the current median when it has not been
 //! lowered for 10 s (a device that really became slower).
 //!
-//! Two earlier versions compared each period's mean with the lowest single mean of the
-//! last 10 s and had no noise margin, and both misjudged the real file (BENCHMARKS.md
-//! §2). With 50–250 reads per period a QD1 reader's mean swings by a third from one period
-//! to the next, and the lowest of those noisy means lies far below their level, so
-//! "above 115 % of the floor" held in 76–99 % of the periods of a steady load. The first
-//! version also counted 150 % of the floor as saturated, and held vrate at its minimum.
-//! The second only held vrate, but that made every fall stick: after a writer joined,
-//! vrate stayed wherever the descent had stopped (25 % in one run, 82 % in another), and
-//! that decided the split. A simulated device serves requests in their modelled time:
+//! Why a median of window means and a noise margin, not the lowest mean: with 50–250
+//! reads per period a QD1 reader's mean swings by a third from one period to the next,
+//! and the lowest of those noisy means lies far below their level, so "above 115 % of
+//! the lowest mean" holds in 76–99 % of the periods of a steady load on a real disk.
+//! Counting that as saturated holds vrate at its minimum; only holding vrate on it makes
+//! every fall stick (after a writer joins, vrate stays wherever the descent stopped, and
+//! that decides the split). A simulated device serves requests in their modelled time:
 //! its standard errors are small and the median of a steady level is that level, so
-//! there the rule is nearly "115 % of the lowest mean", and the simulator's results
-//! barely moved (steady load: 7 vrate reversals in 500 periods instead of 3; the rest
-//! unchanged).
+//! there the rule is nearly "115 % of the lowest mean".
 
 use super::lat_stat::is_gross;
 use crate::vtime::MILLION;

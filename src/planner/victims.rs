@@ -15,8 +15,8 @@
 //!
 //! Tenants served in proportion to their weights are no victims: their misses come from
 //! their own combined queue, and lowering vrate would take from each what it gives it.
-//! On the emulated slow device, counting them held 8 and 32 equal QD4 readers at 0.44
-//! and 0.27 × what they get without QoS (BENCHMARKS.md, "Many equal tenants"). Their
+//! On the emulated slow device, counting them holds 8 and 32 equal QD4 readers at 0.31
+//! and 0.26 × what they get without QoS (BENCHMARKS.md, "Many equal tenants"). Their
 //! misses still keep vrate from rising ([`super::plan`]). Background volumes are neither
 //! victims (their latency is nobody's target) nor counted in the shares (they fill what
 //! the foreground leaves).
