@@ -9,6 +9,7 @@ use crate::backend::slots::DeviceSlots;
 use crate::backend::volume::SharedDisk;
 use crate::config::{Config, ConfigError, ROOT_GROUP};
 use crate::emulated::FaultPlan;
+use crate::lock::Locked;
 use crate::planner::Planner;
 use crate::qos::{LearnedModel, MonotonicClock, PeriodRecord, QosDevice};
 use crate::volume_set::VolumeSet;
@@ -242,7 +243,7 @@ fn learn_step(qos: &QosDevice, sink: &LearnedSink, refused_logged_ns: &mut Optio
                 windows = m.status.windows,
                 "device.model: learned from saturated windows"
             );
-            if let Some(keep) = sink.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            if let Some(keep) = sink.locked().as_ref() {
                 keep(&m);
             }
         }

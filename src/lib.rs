@@ -51,6 +51,7 @@ pub mod emulated;
 pub(crate) mod fd_limit;
 pub mod instance_lock;
 pub mod loadgen;
+pub mod lock;
 pub mod logging;
 pub mod monotonic;
 pub mod planner;

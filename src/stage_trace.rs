@@ -7,6 +7,7 @@
 //! `PREFIX.daemon` or `PREFIX.client` when it stops: one line per event, `LETTER NS N`.
 //! Off, a mark costs one load of an initialised `OnceLock`.
 
+use crate::lock::Locked;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
@@ -93,7 +94,7 @@ pub fn mark_n(stage: Stage, n: u32) {
 #[inline(never)]
 fn record(r: &Recorder, stage: Stage, n: u32) {
     let at = crate::monotonic::monotonic_now_ns();
-    let mut events = r.events.lock().unwrap_or_else(|e| e.into_inner());
+    let mut events = r.events.locked();
     if events.len() < MAX_EVENTS {
         events.push((stage, at, n));
     }
@@ -105,7 +106,7 @@ pub fn write(role: &str) -> std::io::Result<Option<PathBuf>> {
     let Some(r) = recorder() else {
         return Ok(None);
     };
-    let events = std::mem::take(&mut *r.events.lock().unwrap_or_else(|e| e.into_inner()));
+    let events = std::mem::take(&mut *r.events.locked());
     let mut path = r.prefix.clone().into_os_string();
     path.push(format!(".{role}"));
     let path = PathBuf::from(path);

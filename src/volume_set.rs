@@ -8,6 +8,7 @@ use crate::backend::disk::HostDisk;
 use crate::backend::server::{RemoveError, VolumeServer};
 use crate::backend::volume::{SharedDisk, Volume};
 use crate::config::{DeviceConfig, VolumeConfig, ROOT_GROUP};
+use crate::lock::{Locked, RwLocked};
 use crate::qos::{QosDevice, VolumeQos};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -60,10 +61,7 @@ impl VolumeSet {
 
     /// Every volume, in the order they were added.
     pub fn list(&self) -> Vec<Arc<Server>> {
-        self.servers
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.servers.read_locked().clone()
     }
 
     /// The volume named `name`.
@@ -87,7 +85,7 @@ impl VolumeSet {
     /// `index` names it in errors (`volume[index]`). The config is validated by the
     /// caller.
     pub fn add(&self, v: &VolumeConfig, index: usize) -> Result<Arc<Server>, VolumeSetError> {
-        let _one = self.changing.lock().unwrap_or_else(|e| e.into_inner());
+        let _one = self.changing.locked();
         if self.stopped.load(std::sync::atomic::Ordering::Acquire) {
             return Err(VolumeSetError::Failed {
                 name: v.name.clone(),
@@ -133,10 +131,7 @@ impl VolumeSet {
             VolumeServer::start(Arc::new(volume), &self.acceptor).map_err(|e| e.to_string());
         match started {
             Ok(server) => {
-                self.servers
-                    .write()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(server.clone());
+                self.servers.write_locked().push(server.clone());
                 Ok(server)
             }
             Err(message) => {
@@ -151,7 +146,7 @@ impl VolumeSet {
     /// files are removed; its own file (`path`) or its range of the device is left as it
     /// is.
     pub fn remove(&self, name: &str, force: bool) -> Result<(), VolumeSetError> {
-        let _one = self.changing.lock().unwrap_or_else(|e| e.into_inner());
+        let _one = self.changing.locked();
         let server = self
             .get(name)
             .ok_or_else(|| VolumeSetError::Unknown(name.to_owned()))?;
@@ -162,8 +157,7 @@ impl VolumeSet {
                 source,
             })?;
         self.servers
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
+            .write_locked()
             .retain(|s| !Arc::ptr_eq(s, &server));
         self.qos
             .remove_volume(name)
@@ -205,7 +199,7 @@ impl VolumeSet {
     /// Completes in-flight I/O of every connected frontend, closes the connections and
     /// removes the sockets; no volume is added after.
     pub fn stop(&self) {
-        let _one = self.changing.lock().unwrap_or_else(|e| e.into_inner());
+        let _one = self.changing.locked();
         self.stopped
             .store(true, std::sync::atomic::Ordering::Release);
         for s in self.list() {

@@ -7,6 +7,7 @@
 //! own and arms the socket again when that connection ends: a socket serves one frontend
 //! at a time, and the next one waits in its backlog.
 
+use crate::lock::Locked;
 use std::io;
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -88,7 +89,7 @@ impl Acceptor {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Option<Arc<dyn Acceptable>>>> {
-        self.owners.lock().unwrap_or_else(|e| e.into_inner())
+        self.owners.locked()
     }
 
     /// Registers a listening socket and its owner, disarmed: [`Acceptor::arm`] it once the

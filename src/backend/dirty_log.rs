@@ -9,6 +9,7 @@
 //! was running. Here slices borrow the region's bitmap, and a mark costs one relaxed load
 //! while no log is set.
 
+use crate::lock::RwLocked;
 use std::io;
 use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -96,7 +97,7 @@ impl RegionLog {
 impl DirtyLog {
     /// Marks `len` bytes at `offset` of the region in the log, if one is set.
     fn mark_logged(&self, offset: usize, len: usize) {
-        let log = self.shared.log.read().unwrap_or_else(|e| e.into_inner());
+        let log = self.shared.log.read_locked();
         if let Some(log) = log.as_ref() {
             log.mark(offset, len);
         }
@@ -105,13 +106,13 @@ impl DirtyLog {
     /// Whether this region's part of the log has faulted (its file shrank under the
     /// mapping) since the last call.
     pub fn faulted(&self) -> bool {
-        let log = self.shared.log.read().unwrap_or_else(|e| e.into_inner());
+        let log = self.shared.log.read_locked();
         log.as_ref().is_some_and(|l| l.guard.faulted())
     }
 
     /// The log file this region marks, once one is set.
     fn log_file(&self) -> Option<Arc<MmapLogReg>> {
-        let log = self.shared.log.read().unwrap_or_else(|e| e.into_inner());
+        let log = self.shared.log.read_locked();
         log.as_ref().map(|l| Arc::clone(&l.log))
     }
 }
@@ -148,7 +149,7 @@ impl Bitmap for DirtyLog {
     }
 
     fn dirty_at(&self, offset: usize) -> bool {
-        let log = self.shared.log.read().unwrap_or_else(|e| e.into_inner());
+        let log = self.shared.log.read_locked();
         log.as_ref().is_some_and(|log| log.is_marked(offset))
     }
 
@@ -172,7 +173,7 @@ impl BitmapReplace for DirtyLog {
 
     /// A new log (SET_LOG_BASE): once this returns, no mark reaches the old one.
     fn replace(&self, log: RegionLog) {
-        *self.shared.log.write().unwrap_or_else(|e| e.into_inner()) = Some(log);
+        *self.shared.log.write_locked() = Some(log);
         self.shared.active.store(true, Ordering::Release);
     }
 }

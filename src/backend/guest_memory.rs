@@ -11,6 +11,7 @@
 //! A frontend that shrinks its memory file *after* the check (ftruncate) makes a later
 //! access fault; [`super::sigbus`] confines that to its own regions.
 
+use crate::lock::RwLocked;
 use std::sync::{Arc, RwLock};
 
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryRegion};
@@ -75,12 +76,12 @@ impl Default for CurrentMemory {
 
 impl CurrentMemory {
     pub fn load(&self) -> Arc<Mem> {
-        let atomic = self.0.read().unwrap_or_else(|e| e.into_inner());
+        let atomic = self.0.read_locked();
         atomic.memory().into_inner()
     }
 
     pub fn replace(&self, table: GuestMemoryAtomic<Mem>) {
-        *self.0.write().unwrap_or_else(|e| e.into_inner()) = table;
+        *self.0.write_locked() = table;
     }
 }
 

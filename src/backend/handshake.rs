@@ -7,6 +7,7 @@
 //! Only the start is bounded: after it, a frontend may legitimately stay quiet for as long
 //! as its VM sits in firmware or paused.
 
+use crate::lock::Locked;
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
@@ -46,7 +47,7 @@ impl Handshake {
     }
 
     fn advance(&self, to: Stage) {
-        let mut stage = self.stage.lock().unwrap_or_else(|e| e.into_inner());
+        let mut stage = self.stage.locked();
         if *stage == Stage::Waiting {
             *stage = to;
             self.changed.notify_all();
@@ -56,7 +57,7 @@ impl Handshake {
     /// Waits up to `timeout` for the greeting or the end of the connection; false if
     /// neither came (the frontend must be cut off).
     pub fn wait(&self, timeout: Duration) -> bool {
-        let stage = self.stage.lock().unwrap_or_else(|e| e.into_inner());
+        let stage = self.stage.locked();
         let (stage, _) = self
             .changed
             .wait_timeout_while(stage, timeout, |s| *s == Stage::Waiting)

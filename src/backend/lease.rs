@@ -15,6 +15,7 @@
 //! destination starts its own. It turns a mistake (a stale source resumed after its
 //! destination took over) into waiting rather than two writers.
 
+use crate::lock::Locked;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -79,7 +80,7 @@ impl DataPlaneLease {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(Holder, Arc<EventFd>)>> {
-        self.peers.lock().unwrap_or_else(|e| e.into_inner())
+        self.peers.locked()
     }
 }
 
@@ -129,9 +130,7 @@ impl ConnectionLease {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, u32> {
-        self.serving_workers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        self.serving_workers.locked()
     }
 }
 

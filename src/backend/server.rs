@@ -11,6 +11,7 @@ use super::guest_memory::Mem;
 use super::handshake::HANDSHAKE_TIMEOUT;
 use super::vhost::VolumeBackend;
 use super::volume::{Volume, VolumeCounters};
+use crate::lock::Locked;
 use std::io;
 use std::os::unix::io::AsRawFd;
 use std::path::PathBuf;
@@ -340,11 +341,7 @@ impl<A: Admission> VolumeServer<A> {
         // A frontend accepted between the check and here is closed like a forced one.
         self.stop();
         for port in &self.ports {
-            let thread = port
-                .connection_thread
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take();
+            let thread = port.connection_thread.locked().take();
             if let Some(thread) = thread {
                 let _ = thread.join();
             }
@@ -398,11 +395,11 @@ impl<A: Admission> Port<A> {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Connection<A>>> {
-        self.current.lock().unwrap_or_else(|e| e.into_inner())
+        self.current.locked()
     }
 
     fn lock_listener(&self) -> std::sync::MutexGuard<'_, Listener> {
-        self.listener.lock().unwrap_or_else(|e| e.into_inner())
+        self.listener.locked()
     }
 
     /// Accepts the waiting frontend and closes it at once: it cannot be served now.
@@ -422,10 +419,7 @@ impl<A: Admission> Acceptable for PortOf<A> {
         }
         let (s, index) = (Arc::clone(server), self.index);
         // Held across the spawn: `remove` takes the handle only once it is stored.
-        let mut thread = port
-            .connection_thread
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut thread = port.connection_thread.locked();
         // `remove` may have stopped the server since the check above: no thread then.
         if server.stopping.load(Ordering::Acquire) {
             return;

@@ -4,6 +4,7 @@
 //! whichever worker frees a slot next wakes the waiters. This is also the "request wait"
 //! signal the planner uses to detect a saturated device.
 
+use crate::lock::Locked;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use vmm_sys_util::eventfd::EventFd;
@@ -36,7 +37,7 @@ impl DeviceSlots {
     /// Registers `wake` to be signalled when a slot frees, then tries once more so that a
     /// release racing with the registration is not lost.
     pub fn acquire_or_wait(&self, wake: &Arc<EventFd>) -> bool {
-        let mut waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        let mut waiters = self.waiters.locked();
         if !waiters.iter().any(|w| Arc::ptr_eq(w, wake)) {
             waiters.push(wake.clone());
             self.waiting.fetch_add(1, Ordering::AcqRel);
@@ -53,8 +54,7 @@ impl DeviceSlots {
     pub fn release(&self) {
         self.in_flight.fetch_sub(1, Ordering::AcqRel);
         if self.waiting.load(Ordering::Acquire) > 0 {
-            let woken =
-                std::mem::take(&mut *self.waiters.lock().unwrap_or_else(|e| e.into_inner()));
+            let woken = std::mem::take(&mut *self.waiters.locked());
             self.waiting.fetch_sub(woken.len(), Ordering::AcqRel);
             for w in woken {
                 let _ = w.write(1);

@@ -16,6 +16,7 @@ use super::lease::ConnectionLease;
 use super::vhost_memory::MemoryTables;
 use super::volume::Volume;
 use super::worker::{QueueNumbers, Vring, Worker};
+use crate::lock::Locked;
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
@@ -130,12 +131,7 @@ impl<A: Admission> VolumeBackend<A> {
     /// and a frontend that never answers must not hold the caller. False when the
     /// frontend set up no channel for it.
     pub fn notify_config_change(&self) -> bool {
-        let Some(channel) = self
-            .backend_req
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-        else {
+        let Some(channel) = self.backend_req.locked().clone() else {
             return false;
         };
         let name = self.volume.name.clone();
@@ -182,7 +178,7 @@ impl<A: Admission> VolumeBackend<A> {
     pub(super) fn inflight_region(
         &self,
     ) -> MutexGuard<'_, Option<Arc<super::inflight_log::Region>>> {
-        self.inflight.lock().unwrap_or_else(|e| e.into_inner())
+        self.inflight.locked()
     }
 
     /// The worker thread serving guest queue `queue`, and its own number for it.
@@ -197,9 +193,7 @@ impl<A: Admission> VolumeBackend<A> {
     }
 
     pub fn worker(&self, thread: usize) -> MutexGuard<'_, Worker<A>> {
-        self.workers[thread]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        self.workers[thread].locked()
     }
 
     /// Requests of this connection in the kernel now.
@@ -358,7 +352,7 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
     }
 
     fn set_backend_req_fd(&self, backend: vhost::vhost_user::Backend) {
-        *self.backend_req.lock().unwrap_or_else(|e| e.into_inner()) = Some(backend);
+        *self.backend_req.locked() = Some(backend);
     }
 
     fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {

@@ -2,6 +2,7 @@
 //! guarded against SIGBUS while anything can still use them (a frontend may shrink the
 //! file under a mapped region), and carrying the migration log over to the next table.
 
+use crate::lock::Locked;
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -59,11 +60,7 @@ impl MemoryTables {
             mem.lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .replace(Mem::new());
-            let log = self
-                .refused
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .check();
+            let log = self.refused.locked().check();
             if let Some(suppressed) = log {
                 tracing::warn!(volume, suppressed, "frontend memory table refused: {e}");
             }
@@ -73,7 +70,7 @@ impl MemoryTables {
         {
             // The table this replaces: the crate has swapped it out of `mem` already.
             let new = mem.memory().into_inner();
-            let mut seen = self.seen_mem.lock().unwrap_or_else(|e| e.into_inner());
+            let mut seen = self.seen_mem.locked();
             if let Some(old) = seen.as_ref() {
                 let (old, new): (Vec<_>, Vec<_>) = (old.iter().collect(), new.iter().collect());
                 if let Err(e) = super::dirty_log::carry_over(&old, &new) {
@@ -94,32 +91,20 @@ impl MemoryTables {
     pub(super) fn report_fault(&self, volume: &str) {
         let memory = self
             .guarded
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .locked()
             .iter()
             .fold(false, |any, t| t.registration.faulted() | any);
-        let log = self
-            .seen_mem
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .is_some_and(|m| {
-                m.iter()
-                    .fold(false, |any, r| (**r).bitmap().faulted() | any)
-            });
+        let log = self.seen_mem.locked().as_ref().is_some_and(|m| {
+            m.iter()
+                .fold(false, |any, r| (**r).bitmap().faulted() | any)
+        });
         let what = match (memory, log) {
             (true, false) => "its guest memory file under a mapped region",
             (false, true) => "its migration log under the mapping",
             (true, true) => "its guest memory file under a mapped region, and its migration log",
             (false, false) => return,
         };
-        if self
-            .refused
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .check()
-            .is_some()
-        {
+        if self.refused.locked().check().is_some() {
             tracing::warn!(
                 volume,
                 "the frontend shrank {what}: what lies past the file's end now reads as \
@@ -146,13 +131,8 @@ impl MemoryTables {
 
     /// Unregisters the tables nothing can use any more ([`MemoryTables::guard`]).
     fn prune_guarded(&self) -> MutexGuard<'_, Vec<GuardedTable>> {
-        let last_accepted = self
-            .seen_mem
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .map(Arc::as_ptr);
-        let mut guarded = self.guarded.lock().unwrap_or_else(|e| e.into_inner());
+        let last_accepted = self.seen_mem.locked().as_ref().map(Arc::as_ptr);
+        let mut guarded = self.guarded.locked();
         guarded.retain(|t| {
             let ours = usize::from(Some(t.table.as_ptr()) == last_accepted);
             t.table.strong_count() > ours

@@ -7,6 +7,7 @@ use super::disk::HostDisk;
 use super::request::Limits;
 use super::slots::DeviceSlots;
 use crate::config::VolumeConfig;
+use crate::lock::Locked;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -138,9 +139,7 @@ impl<A: Admission> Volume<A> {
 
     /// Takes the volume's admission turn (see `admission_turn`).
     pub fn admission_turn(&self) -> std::sync::MutexGuard<'_, ()> {
-        self.admission_turn
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        self.admission_turn.locked()
     }
 
     /// The capacity the guest may use now, bytes.

@@ -16,6 +16,7 @@ use crate::backend::volume::Volume;
 use crate::calibration::Calibration;
 use crate::config::{Config, ROOT_GROUP};
 use crate::cost_model::ModelConfig;
+use crate::lock::{Locked, RwLocked};
 use crate::qos::{CapsConfig, QosConfig, QosDevice, ServiceChange, VolumeQos};
 use crate::volume_set::VolumeSet;
 use std::collections::HashMap;
@@ -56,10 +57,6 @@ pub struct Control {
     started: Instant,
     /// The model measured at start-up, when the config gives none.
     pub(super) calibrated: Option<Calibration>,
-}
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A QoS validation message, `caps.burst_iops: ...`, as a 400 naming that key (or
@@ -107,22 +104,19 @@ impl Control {
 
     /// The config as the daemon runs it.
     pub fn config(&self) -> Arc<Config> {
-        self.config
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.config.read_locked().clone()
     }
 
     /// Starts a change of the running config (adding, moving or removing a volume or
     /// group): the changes are serialised, and the config read now stays current until
     /// [`Self::set_config`].
     pub(super) fn begin_config_change(&self) -> MutexGuard<'_, ()> {
-        lock(&self.changing)
+        self.changing.locked()
     }
 
     /// The running config after a change (under [`Self::begin_config_change`]).
     pub(super) fn set_config(&self, config: Config) {
-        *self.config.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(config);
+        *self.config.write_locked() = Arc::new(config);
     }
 
     /// Every volume, in creation order.
@@ -150,7 +144,7 @@ impl Control {
 
     /// The model in effect and where it comes from.
     pub fn model(&self) -> ModelView {
-        let st = lock(&self.state);
+        let st = self.state.locked();
         self.model_view(&st)
     }
 
@@ -295,7 +289,7 @@ impl Control {
         if !st.is_empty() {
             tracing::info!(path = %self.state_path.display(), "applied runtime changes from the state file");
         }
-        *lock(&self.state) = st;
+        *self.state.locked() = st;
         Ok(())
     }
 
@@ -306,7 +300,7 @@ impl Control {
         change: impl FnOnce(&mut RuntimeState),
         apply: impl FnOnce() -> Result<(), ApiError>,
     ) -> Result<(), ApiError> {
-        let mut st = lock(&self.state);
+        let mut st = self.state.locked();
         let mut next = st.clone();
         change(&mut next);
         next.save(&self.state_path).map_err(|e| {
@@ -334,7 +328,7 @@ impl Control {
     // ----- device -----
 
     pub fn device(&self) -> DeviceView {
-        let st = lock(&self.state);
+        let st = self.state.locked();
         let p = self.qos.params();
         let stats = self.qos.stats();
         DeviceView {
@@ -383,7 +377,7 @@ impl Control {
             },
             || self.qos.set_model(&model).map_err(ApiError::from_qos),
         )?;
-        self.start_learning(&mut lock(&self.state))
+        self.start_learning(&mut self.state.locked())
             .map_err(ApiError::internal)?;
         self.kick_planner();
         tracing::info!(?model, "control: device model changed");
@@ -433,7 +427,7 @@ impl Control {
     }
 
     pub fn groups(&self) -> GroupList {
-        let st = lock(&self.state);
+        let st = self.state.locked();
         GroupList {
             groups: self
                 .qos
@@ -445,7 +439,7 @@ impl Control {
     }
 
     pub fn group(&self, name: &str) -> Result<GroupView, ApiError> {
-        let st = lock(&self.state);
+        let st = self.state.locked();
         self.qos
             .groups()
             .iter()
@@ -618,7 +612,7 @@ impl Control {
     }
 
     pub fn volumes(&self) -> VolumeList {
-        let st = lock(&self.state);
+        let st = self.state.locked();
         VolumeList {
             volumes: self
                 .handles()
@@ -630,7 +624,7 @@ impl Control {
 
     pub fn volume(&self, name: &str) -> Result<VolumeView, ApiError> {
         let v = self.find_volume(name)?;
-        Ok(self.volume_view(&lock(&self.state), &v))
+        Ok(self.volume_view(&self.state.locked(), &v))
     }
 
     pub fn patch_volume(&self, name: &str, patch: VolumePatch) -> Result<VolumeView, ApiError> {
@@ -741,7 +735,7 @@ impl Control {
             .iter()
             .map(|v| (v.name.clone(), Self::counters(v)))
             .collect();
-        let mut r = lock(&self.rates);
+        let mut r = self.rates.locked();
         if let Some((at, prev)) = &r.last {
             let dt = now.duration_since(*at).as_secs_f64().max(1e-3);
             // A volume added since the last sample has no rate yet.
@@ -766,7 +760,7 @@ impl Control {
         let qos_stats: HashMap<&str, _> = d.volumes.iter().map(|s| (s.name.as_str(), s)).collect();
         let infos: HashMap<&str, _> = tree.iter().map(|t| (t.name.as_str(), t)).collect();
         let (rates, interval_s) = {
-            let r = lock(&self.rates);
+            let r = self.rates.locked();
             (r.rates.clone(), r.interval_s)
         };
         let selected: Vec<VolumeStatsView> = self

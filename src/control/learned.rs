@@ -8,9 +8,10 @@
 //! device and base it was learned from, and the next start on the same device and base
 //! resumes from it; a new base (a `PUT /v1/device/model`) starts learning afresh.
 
-use super::context::{lock, Control};
+use super::context::Control;
 use super::state::{LearnedEntry, RuntimeState};
 use crate::cost_model::ModelConfig;
+use crate::lock::Locked;
 use crate::qos::LearnedModel;
 
 impl Control {
@@ -67,7 +68,7 @@ impl Control {
 
     /// Keeps a move of the learned model in the state file.
     pub fn keep_learned(&self, m: &LearnedModel) {
-        let mut st = lock(&self.state);
+        let mut st = self.state.locked();
         let (base, _) = self.learning_base(&st);
         st.learned = Some(LearnedEntry {
             device: self.device_name(),

@@ -35,6 +35,7 @@ pub use server::ControlServer;
 
 use crate::config::Config;
 use crate::daemon::Daemon;
+use crate::lock::Locked;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -59,10 +60,7 @@ pub fn start(
     );
     ctl.restore()?;
     let keeper = Arc::clone(&ctl);
-    *daemon
-        .learned_sink
-        .lock()
-        .unwrap_or_else(|e| e.into_inner()) = Some(Box::new(move |m| keeper.keep_learned(m)));
+    *daemon.learned_sink.locked() = Some(Box::new(move |m| keeper.keep_learned(m)));
     let Some(socket) = &config.control.socket else {
         return Ok(None);
     };

@@ -12,6 +12,7 @@ mod limiter;
 
 pub use limiter::LogLimiter;
 
+use crate::lock::Locked;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -69,7 +70,7 @@ impl CallSiteLimiter {
             m.file().map(str::to_string),
             m.line(),
         );
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let mut last = self.last.locked();
         match last.get(&key) {
             Some(&t) if now.duration_since(t) < self.interval => false,
             _ => {

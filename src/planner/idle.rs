@@ -6,6 +6,7 @@
 //! volume implicitly donates everything). Its budget is reset when it activates again
 //! (design §3.3).
 
+use crate::lock::Locked;
 use std::sync::atomic::Ordering::{Relaxed, Release};
 use std::sync::Arc;
 
@@ -29,11 +30,7 @@ pub(crate) fn deactivate_idle(dev: &DeviceShared, st: &mut DeviceState, ctx: &Pe
         if v.in_latency_group.load(Relaxed) {
             // Its last completions would reach its group's window only when it is
             // active again, long after: drop them.
-            v.hist
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .group
-                .reset(ctx.now.now_ns);
+            v.hist.locked().group.reset(ctx.now.now_ns);
         }
         v.on_active.store(false, Release);
         v.usage_ppm.store(0, Relaxed);

@@ -31,6 +31,7 @@
 //! (PINE's 10 s cycle exists for the same reason). A raise is judged in the next window:
 //! the wait it cures is the daemon's own and ends at once.
 
+use crate::lock::Locked;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -187,7 +188,7 @@ pub(crate) fn steer(
         let (id, v) = (st.active[i].0, Arc::clone(&st.active[i].1));
         if v.in_latency_group.load(Relaxed) {
             // This period's completions join every latency-class group above it.
-            let mut h = v.hist.lock().unwrap_or_else(|e| e.into_inner());
+            let mut h = v.hist.locked();
             let level = st.tree.nodes[id].level;
             for l in 1..level {
                 let g = st.tree.nodes[id].ancestors[l];
@@ -206,7 +207,7 @@ pub(crate) fn steer(
             continue;
         };
         let seen = {
-            let mut h = v.hist.lock().unwrap_or_else(|e| e.into_inner());
+            let mut h = v.hist.locked();
             close(&mut h.target, target, now_ns)
         };
         if let Some(boost) = judge(seen, target, &mut books[id], node.boost, &mut verdict) {

@@ -51,6 +51,7 @@ pub(crate) mod vrate;
 #[cfg(test)]
 mod tests;
 
+use crate::lock::Locked;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
@@ -106,7 +107,7 @@ impl Planner {
     /// (the kernel kicks all waiters once per period).
     pub fn plan(&self) -> u64 {
         // A panic elsewhere must not stop the planner: keep using the state.
-        let mut ps = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ps = self.state.locked();
         plan(&self.dev, &mut ps)
     }
 }

@@ -15,6 +15,7 @@
 //! DISCARD are not capped (QEMU does not throttle them either). With `iops_size`, a
 //! request larger than it counts as `len / iops_size` operations.
 
+use crate::lock::Locked;
 use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
@@ -361,7 +362,7 @@ impl NodeCaps {
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, CapState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.locked()
     }
 
     /// When member `id` may send a request of `kind`: `None` now, else the time (ns) to

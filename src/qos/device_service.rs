@@ -2,6 +2,7 @@
 //! class (design §4.5, §13, §14, §15). Each change is checked whole under the device
 //! lock and refused without a trace when any part is invalid.
 
+use crate::lock::Locked;
 use std::sync::atomic::Ordering::*;
 use std::sync::Arc;
 
@@ -338,11 +339,7 @@ impl QosDevice {
                 core.boost_ppm.store(1_000_000, Relaxed);
                 core.latency_class.store(latency, Relaxed);
                 let now_ns = self.shared.clock.now_ns();
-                core.hist
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .target
-                    .reset(now_ns);
+                core.hist.locked().target.reset(now_ns);
                 self.shared.refresh_weight(&mut st, id);
             }
             if class.is_background() != was_background {

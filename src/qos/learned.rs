@@ -7,6 +7,7 @@
 //! at the new prices over the old, so the device keeps admitting what it admitted and
 //! only the split between kinds of requests changes.
 
+use crate::lock::Locked;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -19,7 +20,7 @@ use crate::cost_model::{LinearParams, ModelConfig};
 impl QosDevice {
     fn learning_state(&self) -> std::sync::MutexGuard<'_, Option<Active>> {
         let l = &self.shared().learning;
-        l.active.lock().unwrap_or_else(|e| e.into_inner())
+        l.active.locked()
     }
 
     /// Learns the model from `base` on, starting from `from` (a model learned by an

@@ -3,6 +3,7 @@
 //! issue path reads atomically, and the state behind the device lock with the helpers
 //! that keep the weight tree, reservations and latency groups consistent.
 
+use crate::lock::Locked;
 use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -126,7 +127,7 @@ impl DeviceShared {
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, DeviceState> {
         // A panic elsewhere must not take QoS down with it: keep using the state.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.locked()
     }
 
     /// At most one volume is active and none other has been for [`ALONE_AFTER_NS`]:
@@ -319,11 +320,7 @@ impl DeviceState {
             .any(|&g| self.tree.nodes[g].latency);
         core.in_latency_group.store(under, Relaxed);
         if under {
-            core.hist
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .group
-                .reset(now_ns);
+            core.hist.locked().group.reset(now_ns);
         }
     }
 

@@ -17,6 +17,7 @@
 //! volume's FIFO and offers the head again at `until_ns`; the core only remembers that
 //! the volume has a waiter (for the planner and for statistics).
 
+use crate::lock::Locked;
 use std::sync::atomic::Ordering::*;
 use std::sync::Arc;
 
@@ -241,7 +242,7 @@ impl VolumeQos {
         let mut lat_sq_sum = [0u64; 2];
         let (mut met, mut missed) = ([0u32; 2], [0u32; 2]);
         let period = dev.cur_period.load(Relaxed);
-        let mut h = v.hist.lock().unwrap_or_else(|e| e.into_inner());
+        let mut h = v.hist.locked();
         let latency_class = v.latency_class.load(Relaxed);
         let latency_group = v.in_latency_group.load(Relaxed);
         let target_ns = [cfg.params.rlat_us, cfg.params.wlat_us].map(|us| u64::from(us) * 1000);
@@ -343,7 +344,7 @@ impl VolumeQos {
     /// Device latency (admitted → completed) since start, counted below each of
     /// `bounds_us` (ascending; powers of two give exact counts).
     pub fn latency_histogram(&self, bounds_us: &[u64]) -> LatencyHistogram {
-        let h = self.core.hist.lock().unwrap_or_else(|e| e.into_inner());
+        let h = self.core.hist.locked();
         let (counts, sum_us, count) = h.all.cumulative(bounds_us);
         LatencyHistogram {
             buckets: bounds_us.iter().copied().zip(counts).collect(),
@@ -363,7 +364,7 @@ impl VolumeQos {
         let w = v.weights();
         let period = dev.cur_period.load(Relaxed);
         let (p50p, p99p, p50, p99) = {
-            let mut h = v.hist.lock().unwrap_or_else(|e| e.into_inner());
+            let mut h = v.hist.locked();
             h.rotate(period);
             (
                 h.last().percentile(50.0),

@@ -6,6 +6,7 @@ use crate::devices::{reader, run_one, DEFAULTS, FAST_DEVICE, SLOW_DEVICE};
 use std::time::Duration;
 use vhost_iocost::emulated::EmulatedConfig;
 use vhost_iocost::loadgen::{self, Pattern, TenantSpec};
+use vhost_iocost::lock::Locked;
 use vhost_iocost::profile::{profile, simulated::SimTarget, suggest, Plan};
 
 /// One comparison at a time: each keeps both cores busy.
@@ -17,7 +18,7 @@ static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// right after a build, writeback slows the emulated device's backing file for seconds,
 /// and the latencies QoS steers by with it.
 pub(crate) fn measure(what: &str, mut attempt: impl FnMut() -> Result<(), String>) {
-    let _one_at_a_time = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    let _one_at_a_time = MEASURING.locked();
     // SAFETY: sync(2) takes no arguments and cannot fail.
     let write_back = || unsafe { libc::sync() };
     write_back();

@@ -6,6 +6,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use vhost_iocost::lock::Locked;
 
 /// How long the daemon may take to start or stop before the test fails.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -193,7 +194,7 @@ pub fn config(device_extra: &str, volumes: &str) -> String {
 static BUSY_CPUS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 pub fn busy_cpus() -> std::sync::MutexGuard<'static, ()> {
-    BUSY_CPUS.lock().unwrap_or_else(|e| e.into_inner())
+    BUSY_CPUS.locked()
 }
 
 /// A `[[volume]]` table with its socket named after the volume.

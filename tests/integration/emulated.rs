@@ -7,12 +7,13 @@ use crate::daemon::{config, control_get, stats_of, volume, volume_stats, DaemonP
 use crate::devices::{reader, run_one, DEFAULTS, FAST_DEVICE, SLOW_DEVICE};
 use std::time::Duration;
 use vhost_iocost::loadgen::{self, TenantSpec};
+use vhost_iocost::lock::Locked;
 
 /// The tests that measure a split run one at a time: each keeps both cores busy.
 static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn measuring() -> std::sync::MutexGuard<'static, ()> {
-    MEASURING.lock().unwrap_or_else(|e| e.into_inner())
+    MEASURING.locked()
 }
 
 #[test]

@@ -3,6 +3,7 @@
 //! injected faults), and finishing it on completion (copy-back, status, used ring,
 //! counters, the write-zeroes fallback, the report to admission control).
 
+use crate::lock::Locked;
 use std::io;
 use std::sync::Arc;
 
@@ -206,7 +207,7 @@ impl<A: Admission> Worker<A> {
             self.emulated_prev_end = Some(host_offset.saturating_add(io.len));
         }
         let now = monotonic_now_ns();
-        let mut disk = emulated.lock().unwrap_or_else(|e| e.into_inner());
+        let mut disk = emulated.locked();
         Some(disk.serve(now, &input).done_ns)
     }
 
