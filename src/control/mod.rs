@@ -23,12 +23,14 @@ pub mod ctl;
 pub mod ctl_format;
 pub mod error;
 pub mod filter;
+pub(crate) mod groups;
 pub(crate) mod handlers;
 pub mod learned;
 pub(crate) mod metrics;
 pub(crate) mod nodes;
 pub mod server;
 pub mod state;
+pub(crate) mod volumes;
 
 pub use context::Control;
 pub use server::ControlServer;

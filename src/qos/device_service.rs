@@ -6,7 +6,8 @@ use crate::lock::Locked;
 use std::sync::atomic::Ordering::*;
 use std::sync::Arc;
 
-use super::caps::{CapsConfig, NodeCaps, OpCapsConfig};
+use super::cap_meter::NodeCaps;
+use super::caps::{CapsConfig, OpCapsConfig};
 use super::class::{Class, LatencyTarget};
 use super::device::{check_weight, QosDevice};
 use super::error::QosError;

@@ -78,6 +78,7 @@
 //! * Classes the kernel does not have: background volumes ([`class`], design §13) and
 //!   reservations ([`reserve`], design §14), which admit what the vtime decision refuses.
 
+pub(crate) mod cap_meter;
 pub(crate) mod caps;
 pub(crate) mod class;
 pub(crate) mod clock;
@@ -103,7 +104,8 @@ pub(crate) mod volume_core;
 pub(crate) mod weights;
 
 pub use crate::cost_model::{CostModel, IoKind};
-pub use caps::{CapMeter, CapsConfig, OpCapsConfig};
+pub use cap_meter::CapMeter;
+pub use caps::{CapsConfig, OpCapsConfig};
 pub use class::{Class, LatencyTarget};
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use config::{Protect, QosConfig};

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use crate::vtime::{cdiv_wide, vdiff, WEIGHT_ONE};
 
-use super::caps::NodeCaps;
+use super::cap_meter::NodeCaps;
 use super::volume_core::VolumeCore;
 use super::weights::{NodeWeights, WEIGHT_DEFAULT};
 

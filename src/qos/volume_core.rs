@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
-use super::caps::NodeCaps;
+use super::cap_meter::NodeCaps;
 use super::histogram::LatencyWindows;
 use super::node_id::NodeId;
 use super::reserve::ReserveBudget;
