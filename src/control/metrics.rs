@@ -29,6 +29,7 @@
 //! | `vhost_iocost_model_learned_stderr_ratio{coef}` | gauge | while learning: each coefficient's standard error over its estimate (absent: not estimated yet) |
 //! | `vhost_iocost_model_learned_moves_total` | counter | while learning: times the coefficients moved |
 
+use super::api::{DeviceStatsView, VolumeStatsView};
 use super::context::Control;
 use super::filter::VolumeFilter;
 use prometheus_client::collector::Collector;
@@ -84,241 +85,274 @@ impl Collector for ControlCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let ctl = &self.0;
         let stats = ctl.stats(&self.1);
-        let labels = |name: &str, group: &str| -> Labels {
-            vec![("volume", name.to_owned()), ("group", group.to_owned())]
-        };
-        let with_op = |l: &Labels, op: &str| -> Labels {
-            let mut l = l.clone();
-            l.push(("op", op.to_owned()));
-            l
-        };
-        let mut requests = Vec::new();
-        let mut bytes = Vec::new();
-        let mut errors = Vec::new();
-        let mut conns = Vec::new();
-        let mut throttled = Vec::new();
-        let mut capped = Vec::new();
-        let mut background_held = Vec::new();
-        let mut reserved = Vec::new();
-        let mut boost = Vec::new();
-        let mut wait = Vec::new();
-        let mut weight = Vec::new();
-        let mut usage = Vec::new();
-        let mut hwa = Vec::new();
-        let mut hwi = Vec::new();
-        let mut donated = Vec::new();
-        for v in &stats.volumes {
-            let l = labels(&v.name, &v.group);
-            for (op, n) in [
-                ("read", v.reads),
-                ("write", v.writes),
-                ("flush", v.flushes),
-                ("discard", v.discards),
-                ("write_zeroes", v.write_zeroes),
-            ] {
-                requests.push((with_op(&l, op), ConstCounter::new(n)));
-            }
-            bytes.push((with_op(&l, "read"), ConstCounter::new(v.read_bytes)));
-            bytes.push((with_op(&l, "write"), ConstCounter::new(v.write_bytes)));
-            errors.push((l.clone(), ConstCounter::new(v.errors)));
-            conns.push((l.clone(), ConstCounter::new(v.connections)));
-            throttled.push((l.clone(), ConstCounter::new(v.throttled)));
-            capped.push((l.clone(), ConstCounter::new(v.capped)));
-            background_held.push((l.clone(), ConstCounter::new(v.background_held)));
-            reserved.push((l.clone(), ConstCounter::new(v.reserved)));
-            boost.push((l.clone(), ConstGauge::new(v.boost)));
-            wait.push((l.clone(), ConstCounter::new(v.wait_us as f64 / 1e6)));
-            weight.push((l.clone(), ConstGauge::new(i64::from(v.weight))));
-            usage.push((l.clone(), ConstGauge::new(v.usage_pct)));
-            hwa.push((l.clone(), ConstGauge::new(v.hweight_active_pct)));
-            hwi.push((l.clone(), ConstGauge::new(v.hweight_inuse_pct)));
-            donated.push((l, ConstGauge::new(v.donated_pct)));
-        }
-        let p = "vhost_iocost_volume_";
-        family(
-            &mut enc,
-            &format!("{p}requests"),
-            "Completed requests.",
-            &requests,
-        )?;
-        family(
-            &mut enc,
-            &format!("{p}bytes"),
-            "Bytes read and written.",
-            &bytes,
-        )?;
-        family(
-            &mut enc,
-            &format!("{p}errors"),
-            "Requests answered IOERR.",
-            &errors,
-        )?;
-        family(
-            &mut enc,
-            &format!("{p}connections"),
-            "Frontend connections accepted.",
-            &conns,
-        )?;
-        family(
-            &mut enc,
-            &format!("{p}throttled"),
-            "Requests that waited for budget.",
-            &throttled,
-        )?;
-        family(
-            &mut enc,
-            &format!("{p}capped"),
-            "Times a cap held the next request back.",
-            &capped,
-        )?;
-        family(
-            &mut enc,
-            &format!("{p}background_held"),
-            "Times a background volume's next request was held back for the foreground.",
-            &background_held,
-        )?;
-        family(
-            &mut enc,
-            &format!("{p}reserved"),
-            "Requests admitted on the volume's reservation.",
-            &reserved,
-        )?;
-        family(
-            &mut enc,
-            &format!("{p}latency_boost"),
-            "What the latency class multiplies the volume's weight by (1: none).",
-            &boost,
-        )?;
-        family(
-            &mut enc,
-            &format!("{p}wait_seconds"),
-            "Time with a throttled request.",
-            &wait,
-        )?;
-        family(
-            &mut enc,
-            &format!("{p}weight"),
-            "Weight (1..10000).",
-            &weight,
-        )?;
-        family(
-            &mut enc,
-            &format!("{p}usage_percent"),
-            "Device time used in the last planning period, percent.",
-            &usage,
-        )?;
-        family(
-            &mut enc,
-            &format!("{p}hweight_active_percent"),
-            "Fair share of the device, percent.",
-            &hwa,
-        )?;
-        family(
-            &mut enc,
-            &format!("{p}hweight_inuse_percent"),
-            "Share charged against, percent.",
-            &hwi,
-        )?;
-        family(
-            &mut enc,
-            &format!("{p}donated_percent"),
-            "Share lent to other volumes, percent.",
-            &donated,
-        )?;
-
-        let name = format!("{p}latency_seconds");
-        let mut m = enc.encode_descriptor(
-            &name,
-            "Device latency (admitted to completed) since start.",
-            None,
-            MetricType::Histogram,
-        )?;
-        let all = ctl.handles();
-        let handles: std::collections::HashMap<&str, _> =
-            all.iter().map(|v| (v.name.as_str(), v)).collect();
-        for s in &stats.volumes {
-            let Some(v) = handles.get(s.name.as_str()) else {
-                continue;
-            };
-            let h = v.admission.latency_histogram(&LATENCY_BOUNDS_US);
-            // The encoder sums per-bucket counts itself: hand it differences.
-            let mut below = 0;
-            let buckets: Vec<(f64, u64)> = h
-                .buckets
-                .iter()
-                .map(|&(b, n)| (b as f64 / 1e6, n))
-                .chain(std::iter::once((f64::INFINITY, h.count)))
-                .map(|(b, n)| {
-                    let d = n.saturating_sub(below);
-                    below = below.max(n);
-                    (b, d)
-                })
-                .collect();
-            let l = labels(&s.name, &s.group);
-            m.encode_family(&l)?.encode_histogram::<NoLabelSet>(
-                h.sum_us as f64 / 1e6,
-                h.count,
-                &buckets,
-                None,
-            )?;
-        }
-
-        // Latency-class groups: their boost (a volume's is in its series above).
-        // (The QoS core's view: `ctl.groups()` would list every group's volumes too.)
-        let group_boost: Vec<(Labels, ConstGauge<f64>)> = ctl
-            .qos
-            .groups()
-            .into_iter()
-            .filter(|g| g.class == crate::qos::Class::Latency)
-            .map(|g| (vec![("group", g.name)], ConstGauge::new(g.boost)))
-            .collect();
-        family(
-            &mut enc,
-            "vhost_iocost_group_latency_boost",
-            "What the latency class multiplies a latency-class group's weight by (1: none).",
-            &group_boost,
-        )?;
-
-        let d = &stats.device;
-        let device: [(&str, &str, f64); 3] = [
-            (
-                "vhost_iocost_device_vrate_percent",
-                "Base vrate, percent of the cost model's speed.",
-                d.vrate_pct,
-            ),
-            (
-                "vhost_iocost_device_busy_level",
-                "Planner busy level (-1000..1000).",
-                f64::from(d.busy_level),
-            ),
-            (
-                "vhost_iocost_device_period_seconds",
-                "Planning period.",
-                d.period_us as f64 / 1e6,
-            ),
-        ];
-        for (name, help, value) in device {
-            let g = ConstGauge::new(value);
-            g.encode(enc.encode_descriptor(name, help, None, g.metric_type())?)?;
-        }
-        let contended: [(&str, &str, u64); 2] = [
-            (
-                "vhost_iocost_device_contended_periods",
-                "Planning periods with completions and more than one active volume.",
-                d.contended_periods,
-            ),
-            (
-                "vhost_iocost_device_contended_periods_missed",
-                "Contended planning periods that missed a latency target.",
-                d.contended_periods_missed,
-            ),
-        ];
-        for (name, help, value) in contended {
-            let c = ConstCounter::new(value);
-            c.encode(enc.encode_descriptor(name, help, None, c.metric_type())?)?;
-        }
-        encode_model(&self.0, &mut enc)
+        encode_volume_series(&stats.volumes, &mut enc)?;
+        encode_latency_histograms(ctl, &stats.volumes, &mut enc)?;
+        encode_group_boosts(ctl, &mut enc)?;
+        encode_device(&stats.device, &mut enc)?;
+        encode_model(ctl, &mut enc)
     }
+}
+
+/// A volume's labels: `volume` and `group`.
+fn volume_labels(v: &VolumeStatsView) -> Labels {
+    vec![("volume", v.name.clone()), ("group", v.group.clone())]
+}
+
+/// Reads one figure from a volume's statistics.
+type Getter<T> = fn(&VolumeStatsView) -> T;
+
+/// What one per-volume family reads from a volume's statistics, by its value's type.
+enum Read {
+    Count(Getter<u64>),
+    Seconds(Getter<f64>),
+    Level(Getter<i64>),
+    Share(Getter<f64>),
+}
+
+/// The per-volume families after `requests` and `bytes` (which carry an `op` label):
+/// name after `vhost_iocost_volume_`, help, value. Counters get `_total` from the encoder.
+const VOLUME_FAMILIES: &[(&str, &str, Read)] = &[
+    (
+        "errors",
+        "Requests answered IOERR.",
+        Read::Count(|v| v.errors),
+    ),
+    (
+        "connections",
+        "Frontend connections accepted.",
+        Read::Count(|v| v.connections),
+    ),
+    (
+        "throttled",
+        "Requests that waited for budget.",
+        Read::Count(|v| v.throttled),
+    ),
+    (
+        "capped",
+        "Times a cap held the next request back.",
+        Read::Count(|v| v.capped),
+    ),
+    (
+        "background_held",
+        "Times a background volume's next request was held back for the foreground.",
+        Read::Count(|v| v.background_held),
+    ),
+    (
+        "reserved",
+        "Requests admitted on the volume's reservation.",
+        Read::Count(|v| v.reserved),
+    ),
+    (
+        "latency_boost",
+        "What the latency class multiplies the volume's weight by (1: none).",
+        Read::Share(|v| v.boost),
+    ),
+    (
+        "wait_seconds",
+        "Time with a throttled request.",
+        Read::Seconds(|v| v.wait_us as f64 / 1e6),
+    ),
+    (
+        "weight",
+        "Weight (1..10000).",
+        Read::Level(|v| i64::from(v.weight)),
+    ),
+    (
+        "usage_percent",
+        "Device time used in the last planning period, percent.",
+        Read::Share(|v| v.usage_pct),
+    ),
+    (
+        "hweight_active_percent",
+        "Fair share of the device, percent.",
+        Read::Share(|v| v.hweight_active_pct),
+    ),
+    (
+        "hweight_inuse_percent",
+        "Share charged against, percent.",
+        Read::Share(|v| v.hweight_inuse_pct),
+    ),
+    (
+        "donated_percent",
+        "Share lent to other volumes, percent.",
+        Read::Share(|v| v.donated_pct),
+    ),
+];
+
+/// Every per-volume family but the latency histogram.
+fn encode_volume_series(
+    volumes: &[VolumeStatsView],
+    enc: &mut DescriptorEncoder,
+) -> Result<(), std::fmt::Error> {
+    let by_op = |ops: &[(&'static str, Getter<u64>)]| {
+        let mut series = Vec::new();
+        for v in volumes {
+            for (op, read) in ops {
+                let mut l = volume_labels(v);
+                l.push(("op", (*op).to_owned()));
+                series.push((l, ConstCounter::new(read(v))));
+            }
+        }
+        series
+    };
+    let requests = by_op(&[
+        ("read", |v| v.reads),
+        ("write", |v| v.writes),
+        ("flush", |v| v.flushes),
+        ("discard", |v| v.discards),
+        ("write_zeroes", |v| v.write_zeroes),
+    ]);
+    let p = "vhost_iocost_volume_";
+    family(
+        enc,
+        &format!("{p}requests"),
+        "Completed requests.",
+        &requests,
+    )?;
+    let bytes = by_op(&[("read", |v| v.read_bytes), ("write", |v| v.write_bytes)]);
+    family(enc, &format!("{p}bytes"), "Bytes read and written.", &bytes)?;
+    for (name, help, read) in VOLUME_FAMILIES {
+        let name = format!("{p}{name}");
+        let labelled = |v: &VolumeStatsView| volume_labels(v);
+        match read {
+            Read::Count(f) => {
+                let s: Vec<_> = volumes
+                    .iter()
+                    .map(|v| (labelled(v), ConstCounter::new(f(v))))
+                    .collect();
+                family(enc, &name, help, &s)?
+            }
+            Read::Seconds(f) => {
+                let s: Vec<_> = volumes
+                    .iter()
+                    .map(|v| (labelled(v), ConstCounter::new(f(v))))
+                    .collect();
+                family(enc, &name, help, &s)?
+            }
+            Read::Level(f) => {
+                let s: Vec<_> = volumes
+                    .iter()
+                    .map(|v| (labelled(v), ConstGauge::new(f(v))))
+                    .collect();
+                family(enc, &name, help, &s)?
+            }
+            Read::Share(f) => {
+                let s: Vec<_> = volumes
+                    .iter()
+                    .map(|v| (labelled(v), ConstGauge::new(f(v))))
+                    .collect();
+                family(enc, &name, help, &s)?
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Each volume's device latency since start, as a histogram.
+fn encode_latency_histograms(
+    ctl: &Control,
+    volumes: &[VolumeStatsView],
+    enc: &mut DescriptorEncoder,
+) -> Result<(), std::fmt::Error> {
+    let stats_volumes = volumes;
+    let name = "vhost_iocost_volume_latency_seconds";
+    let mut m = enc.encode_descriptor(
+        name,
+        "Device latency (admitted to completed) since start.",
+        None,
+        MetricType::Histogram,
+    )?;
+    let all = ctl.handles();
+    let handles: std::collections::HashMap<&str, _> =
+        all.iter().map(|v| (v.name.as_str(), v)).collect();
+    for s in stats_volumes {
+        let Some(v) = handles.get(s.name.as_str()) else {
+            continue;
+        };
+        let h = v.admission.latency_histogram(&LATENCY_BOUNDS_US);
+        // The encoder sums per-bucket counts itself: hand it differences.
+        let mut below = 0;
+        let buckets: Vec<(f64, u64)> = h
+            .buckets
+            .iter()
+            .map(|&(b, n)| (b as f64 / 1e6, n))
+            .chain(std::iter::once((f64::INFINITY, h.count)))
+            .map(|(b, n)| {
+                let d = n.saturating_sub(below);
+                below = below.max(n);
+                (b, d)
+            })
+            .collect();
+        let l = volume_labels(s);
+        m.encode_family(&l)?.encode_histogram::<NoLabelSet>(
+            h.sum_us as f64 / 1e6,
+            h.count,
+            &buckets,
+            None,
+        )?;
+    }
+    Ok(())
+}
+
+/// Latency-class groups: their boost (a volume's is in its series).
+fn encode_group_boosts(ctl: &Control, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    // (The QoS core's view: `ctl.groups()` would list every group's volumes too.)
+    let group_boost: Vec<(Labels, ConstGauge<f64>)> = ctl
+        .qos
+        .groups()
+        .into_iter()
+        .filter(|g| g.class == crate::qos::Class::Latency)
+        .map(|g| (vec![("group", g.name)], ConstGauge::new(g.boost)))
+        .collect();
+    family(
+        enc,
+        "vhost_iocost_group_latency_boost",
+        "What the latency class multiplies a latency-class group's weight by (1: none).",
+        &group_boost,
+    )?;
+    Ok(())
+}
+
+/// The device's vrate, busy level, period and contended periods.
+fn encode_device(d: &DeviceStatsView, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    let device: [(&str, &str, f64); 3] = [
+        (
+            "vhost_iocost_device_vrate_percent",
+            "Base vrate, percent of the cost model's speed.",
+            d.vrate_pct,
+        ),
+        (
+            "vhost_iocost_device_busy_level",
+            "Planner busy level (-1000..1000).",
+            f64::from(d.busy_level),
+        ),
+        (
+            "vhost_iocost_device_period_seconds",
+            "Planning period.",
+            d.period_us as f64 / 1e6,
+        ),
+    ];
+    for (name, help, value) in device {
+        let g = ConstGauge::new(value);
+        g.encode(enc.encode_descriptor(name, help, None, g.metric_type())?)?;
+    }
+    let contended: [(&str, &str, u64); 2] = [
+        (
+            "vhost_iocost_device_contended_periods",
+            "Planning periods with completions and more than one active volume.",
+            d.contended_periods,
+        ),
+        (
+            "vhost_iocost_device_contended_periods_missed",
+            "Contended planning periods that missed a latency target.",
+            d.contended_periods_missed,
+        ),
+    ];
+    for (name, help, value) in contended {
+        let c = ConstCounter::new(value);
+        c.encode(enc.encode_descriptor(name, help, None, c.metric_type())?)?;
+    }
+    Ok(())
 }
 
 /// The cost model's coefficients and, while it learns, the learner's confidence.

@@ -20,6 +20,7 @@ pub mod calibrated;
 pub mod client;
 pub(crate) mod context;
 pub mod ctl;
+pub(crate) mod ctl_commands;
 pub mod ctl_format;
 pub mod error;
 pub mod filter;
