@@ -14,7 +14,7 @@
 //! fio's 1856 latency bins). fio logs neither the ramp nor, usually, the last second of a
 //! job, so its per-second series starts at `delay + ramp` and may end one second early.
 
-use super::runner::{SecondSample, TenantResult};
+use super::result::{SecondSample, TenantResult};
 use super::spec::{Pattern, TenantSpec};
 use std::fmt::Write as _;
 use std::path::Path;

@@ -5,8 +5,10 @@
 mod cli;
 pub(crate) mod fio;
 pub(crate) mod job;
+mod lane;
 pub(crate) mod plot;
 mod progress;
+mod result;
 mod runner;
 mod spec;
 mod verify;
@@ -14,5 +16,6 @@ mod verify;
 pub use cli::{run as cli, BenchArgs};
 pub use job::{build_tenants, JobFile};
 pub use progress::ProgressMode;
-pub use runner::{format_table, run, run_with, SecondSample, TenantResult};
+pub use result::{format_table, SecondSample, TenantResult};
+pub use runner::{run, run_with};
 pub use spec::{Duty, Pattern, TenantSpec, TENANT_KEYS};

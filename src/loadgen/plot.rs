@@ -4,7 +4,7 @@
 //! plotters' `ab_glyph` feature), so no system font or fontconfig is needed. The SVG keeps
 //! text as `<text>` elements (the viewer's sans-serif font).
 
-use super::runner::{SecondSample, TenantResult};
+use super::result::{SecondSample, TenantResult};
 use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
