@@ -33,6 +33,25 @@ struct Seconds {
 }
 
 impl Seconds {
+    /// A request completed in the current second, after `lat_us`.
+    fn record(&mut self, lat_us: u64) {
+        self.ios += 1;
+        let _ = self.hist.record(lat_us);
+    }
+
+    /// Seconds from `t0`, a lane's start, timed from `run_start`, the run's.
+    fn new(t0: Instant, run_start: Instant, bs: u64) -> Self {
+        Seconds {
+            samples: Vec::new(),
+            // In whole milliseconds, for readable JSON.
+            offset_s: ((t0 - run_start).as_secs_f64() * 1000.0).round() / 1000.0,
+            end: t0 + Duration::from_secs(1),
+            ios: 0,
+            bs,
+            hist: Histogram::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds"),
+        }
+    }
+
     /// Closes every second that ended at or before `now`.
     fn roll(&mut self, now: Instant) {
         while now >= self.end {
@@ -236,6 +255,39 @@ struct Slots {
     in_flight: usize,
 }
 
+impl Slots {
+    fn new(iodepth: usize, nr_queues: usize, t0: Instant) -> Self {
+        Slots {
+            idle: (0..iodepth).rev().collect(),
+            issued_at: vec![t0; iodepth],
+            queue: vec![0; iodepth],
+            queue_in_flight: vec![0; nr_queues],
+            next_queue: 0,
+            in_flight: 0,
+        }
+    }
+
+    /// Issues idle slot `slot`'s next request, on the queues in turn.
+    fn start(&mut self, slot: usize, queues: &mut [Blkioq], requests: &mut Requests<'_>) {
+        self.idle.pop();
+        self.issued_at[slot] = Instant::now();
+        self.queue[slot] = self.next_queue;
+        self.queue_in_flight[self.next_queue] += 1;
+        requests.submit(&mut queues[self.next_queue], slot);
+        self.next_queue = (self.next_queue + 1) % queues.len();
+        self.in_flight += 1;
+    }
+
+    /// Slot `slot`'s request completed at `done_at`: the slot is idle again. Returns its
+    /// latency, µs.
+    fn finish(&mut self, slot: usize, done_at: Instant) -> u64 {
+        self.in_flight -= 1;
+        self.queue_in_flight[self.queue[slot]] -= 1;
+        self.idle.push(slot);
+        (done_at - self.issued_at[slot]).as_micros().max(1) as u64
+    }
+}
+
 /// What a lane completed.
 #[derive(Default)]
 struct Counts {
@@ -259,12 +311,7 @@ pub(super) fn drive(
     let queues = lane.queues;
     let nq = queues.len();
     if nq > 1 {
-        for q in queues.iter_mut() {
-            if q.get_completion_fd().is_none() {
-                return Err(format!("tenant {}: queue without a completion fd", t.name));
-            }
-            q.set_completion_fd_enabled(true);
-        }
+        enable_completion_fds(queues).map_err(|e| format!("tenant {}: {e}", t.name))?;
     }
     let t0 = Instant::now();
     let measure_from = t0 + t.ramp;
@@ -273,24 +320,9 @@ pub(super) fn drive(
         .rate_iops
         .map(|r| Duration::from_secs_f64(1.0 / f64::from(r)));
     let mut next_issue = t0;
-    let mut slots = Slots {
-        idle: (0..t.iodepth).rev().collect(),
-        issued_at: vec![t0; t.iodepth],
-        queue: vec![0; t.iodepth],
-        queue_in_flight: vec![0; nq],
-        next_queue: 0,
-        in_flight: 0,
-    };
+    let mut slots = Slots::new(t.iodepth, nq, t0);
     let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds");
-    let mut seconds = Seconds {
-        samples: Vec::new(),
-        // In whole milliseconds, for readable JSON.
-        offset_s: ((t0 - run_start).as_secs_f64() * 1000.0).round() / 1000.0,
-        end: t0 + Duration::from_secs(1),
-        ios: 0,
-        bs: t.bs,
-        hist: hist.clone(),
-    };
+    let mut seconds = Seconds::new(t0, run_start, t.bs);
     let mut counts = Counts::default();
     let mut comps: Vec<MaybeUninit<Completion>> =
         (0..t.iodepth).map(|_| MaybeUninit::uninit()).collect();
@@ -309,14 +341,7 @@ pub(super) fn drive(
                 if waiting && now < next_issue {
                     break;
                 }
-                slots.idle.pop();
-                slots.issued_at[slot] = Instant::now();
-                // Requests go to the queues round-robin.
-                slots.queue[slot] = slots.next_queue;
-                slots.queue_in_flight[slots.next_queue] += 1;
-                requests.submit(&mut queues[slots.next_queue], slot);
-                slots.next_queue = (slots.next_queue + 1) % nq;
-                slots.in_flight += 1;
+                slots.start(slot, queues, &mut requests);
                 if let Some(i) = interval {
                     next_issue = next_issue.max(now.checked_sub(i).unwrap_or(now)) + i;
                 }
@@ -352,10 +377,7 @@ pub(super) fn drive(
         let done_at = Instant::now();
         let mut ok = 0;
         for &(slot, ret) in &done {
-            slots.in_flight -= 1;
-            slots.queue_in_flight[slots.queue[slot]] -= 1;
-            slots.idle.push(slot);
-            let lat_us = (done_at - slots.issued_at[slot]).as_micros().max(1) as u64;
+            let lat_us = slots.finish(slot, done_at);
             requests.completed(slot, ret);
             if ret != 0 {
                 counts.errors += 1;
@@ -363,8 +385,7 @@ pub(super) fn drive(
             }
             ok += 1;
             counts.completed += 1;
-            seconds.ios += 1;
-            let _ = seconds.hist.record(lat_us);
+            seconds.record(lat_us);
             if done_at >= measure_from && done_at <= deadline {
                 counts.ios += 1;
                 let _ = hist.record(lat_us);
@@ -378,6 +399,18 @@ pub(super) fn drive(
     seconds.roll(deadline);
     let result = tenant_result(t, &counts, &hist, seconds, requests.verifier);
     Ok((result, hist))
+}
+
+/// With several queues, completions are waited for on their eventfds together
+/// ([`collect`]).
+fn enable_completion_fds(queues: &mut [Blkioq]) -> Result<(), &'static str> {
+    for q in queues.iter_mut() {
+        if q.get_completion_fd().is_none() {
+            return Err("queue without a completion fd");
+        }
+        q.set_completion_fd_enabled(true);
+    }
+    Ok(())
 }
 
 /// A lane's result over its measured window.
