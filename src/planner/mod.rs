@@ -55,13 +55,13 @@ use crate::lock::Locked;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
-use crate::qos::shared::DeviceShared;
+use crate::qos::shared::{DeviceShared, DeviceState};
 use crate::qos::stats::PeriodRecord;
 use crate::qos::vclock::Now;
 use crate::qos::volume::rate_to_ppm;
 use crate::qos::{Protect, QosDevice};
 use crate::vtime::MILLION;
-use lat_stat::LatStat;
+use lat_stat::{LatCounts, LatStat};
 pub(crate) use state::PlannerState;
 
 pub use busy::{BUSY_LEVEL_MAX, RQ_WAIT_BUSY_PCT};
@@ -149,9 +149,127 @@ fn plan(dev: &DeviceShared, ps: &mut PlannerState) -> u64 {
     if st.active.len() > 1 {
         dev.contended(now.now_ns);
     }
-    idle::deactivate_idle(dev, st, &ctx);
-    usage::flush(st, ps.books(st.tree.nodes.len()), elapsed_ns);
-    victims::mark(dev, st, ps.books(st.tree.nodes.len()), &ctx);
+    let (demand, protected, nr_donors) = share_out(dev, st, ps, &ctx, &period_lat);
+    let vrate_before = st.vtime_base_rate;
+    let signals = if dev.alone(now.now_ns) {
+        // Alone on the device, a volume is not throttled (`VolumeQos::admit_at`): its
+        // misses are its own, so vrate, busy_level and the latency floor hold for when a
+        // neighbour arrives. It is charged all the same; what it completed ahead of vnow
+        // is forgiven every period, so its clock never runs far ahead (design §5.9).
+        for (_, lone) in &st.active {
+            lone.forgive_completed_ahead(now.vnow);
+        }
+        ps.lat_window.reset();
+        Signals {
+            lat: period_lat.stat(),
+            trend: latency_floor::LatencyTrend::Clear,
+            missed_at_min: 0,
+            judged_periods: 0,
+        }
+    } else if let Some(judged) = ps
+        .lat_window
+        .push(&protected, &period_lat, busy::aim(ctx.ppm_thr))
+    {
+        judge_window(dev, st, ps, &ctx, demand, &judged)
+    } else {
+        Signals::held(&st.last)
+    };
+
+    end_period(dev, st, now, demand.foreground_short, signals.trend);
+    st.last = PeriodRecord {
+        at_ns: now.now_ns,
+        vrate_before_ppm: rate_to_ppm(vrate_before),
+        vrate_after_ppm: rate_to_ppm(st.vtime_base_rate),
+        vrate_effective_ppm: rate_to_ppm(dev.vclock.read().2),
+        busy_level: st.busy_level,
+        missed_ppm: signals.lat.missed_ppm,
+        rq_wait_pct: signals.lat.rq_wait_pct,
+        mean_lat_us: signals.lat.mean_lat_us,
+        latency_rising: signals.trend == latency_floor::LatencyTrend::Rising,
+        judged_periods: signals.judged_periods,
+        nr_done: period_lat.stat().nr_done,
+        nr_lagging: demand.nr_lagging,
+        nr_shortages: demand.nr_shortages,
+        nr_donors: if demand.nr_shortages > 0 {
+            nr_donors
+        } else {
+            0
+        },
+        nr_active: st.active.len() as u32,
+        missed_at_min: signals.missed_at_min,
+    };
+    period_ns
+}
+
+/// Starts the next period (or stops until a volume is active again). Background volumes
+/// get only their floor while the foreground wants more than it gets (it leaves no
+/// capacity idle) or while latency rises above its floor (they would be served at the
+/// foreground's expense; design §13).
+fn end_period(
+    dev: &DeviceShared,
+    st: &mut DeviceState,
+    now: Now,
+    foreground_short: bool,
+    trend: latency_floor::LatencyTrend,
+) {
+    dev.hold_background.store(
+        foreground_short || trend == latency_floor::LatencyTrend::Rising,
+        Relaxed,
+    );
+    dev.cur_period.fetch_add(1, Relaxed);
+    if !st.active.is_empty() {
+        dev.start_period(st, now);
+    } else {
+        st.busy_level = 0;
+        st.running = false;
+    }
+    dev.refresh_rate(st, now);
+}
+
+/// The latency signals a period leaves in its record.
+struct Signals {
+    lat: LatStat,
+    trend: latency_floor::LatencyTrend,
+    missed_at_min: u32,
+    judged_periods: u32,
+}
+
+impl Signals {
+    /// No window was judged this period: the last judgment's signals stand.
+    fn held(last: &PeriodRecord) -> Self {
+        Signals {
+            lat: LatStat {
+                missed_ppm: last.missed_ppm,
+                rq_wait_pct: last.rq_wait_pct,
+                mean_lat_us: last.mean_lat_us,
+                ..LatStat::default()
+            },
+            trend: if last.latency_rising {
+                latency_floor::LatencyTrend::Rising
+            } else {
+                latency_floor::LatencyTrend::Clear
+            },
+            missed_at_min: last.missed_at_min,
+            judged_periods: 0,
+        }
+    }
+}
+
+/// Steps 2–5: idle volumes leave, usage and victims are taken, reservations split, the
+/// latency class steers its boosts, volumes are classified and surpluses donated.
+/// Returns the demand, the latency counters that steer vrate (the victims' under
+/// `protect = "underserved"`) and the number of donors.
+fn share_out(
+    dev: &DeviceShared,
+    st: &mut DeviceState,
+    ps: &mut PlannerState,
+    ctx: &PeriodCtx,
+    period_lat: &LatCounts,
+) -> (busy::Demand, LatCounts, u32) {
+    let now = ctx.now;
+    idle::deactivate_idle(dev, st, ctx);
+    usage::flush(st, ps.books(st.tree.nodes.len()), period_lat.elapsed_ns);
+    victims::mark(dev, st, ps.books(st.tree.nodes.len()), ctx);
     if st.group_reserves {
         // Members came and went: split the groups' reservations again (design §14).
         dev.apply_reservations(st);
@@ -163,12 +281,11 @@ fn plan(dev: &DeviceShared, ps: &mut PlannerState) -> u64 {
     let cfg_id = std::ptr::from_ref(dev.cfg()) as usize;
     ps.vrate_ceiling
         .update(verdict, st.vtime_base_rate, now.now_ns, cfg_id);
-    let (demand, _usage_us_sum) = classify::classify(dev, st, ps, &ctx);
-    let underserved_only = params.protect == Protect::Underserved;
-    let protected = if underserved_only {
-        books::of_victims(st, ps.books(st.tree.nodes.len()), &period_lat)
+    let (demand, _usage_us_sum) = classify::classify(dev, st, ps, ctx);
+    let protected = if dev.params().protect == Protect::Underserved {
+        books::of_victims(st, ps.books(st.tree.nodes.len()), period_lat)
     } else {
-        period_lat
+        *period_lat
     };
     let nr_donors = ps.scratch.surpluses.len() as u32;
     if nr_donors > 0 && demand.nr_shortages > 0 {
@@ -176,147 +293,97 @@ fn plan(dev: &DeviceShared, ps: &mut PlannerState) -> u64 {
     }
     st.tree.commit_weights(&dev.hweight_gen);
     ps.scratch.surpluses.clear();
+    (demand, protected, nr_donors)
+}
 
-    let vrate_before = st.vtime_base_rate;
-    let last = st.last;
-    let mut judged_periods = 0;
-    let (mut lat, mut trend) = (
-        LatStat {
-            missed_ppm: last.missed_ppm,
-            rq_wait_pct: last.rq_wait_pct,
-            mean_lat_us: last.mean_lat_us,
-            ..LatStat::default()
-        },
-        if last.latency_rising {
-            latency_floor::LatencyTrend::Rising
-        } else {
-            latency_floor::LatencyTrend::Clear
-        },
-    );
-    let mut missed_at_min = last.missed_at_min;
+/// Steps 6–7 for a judged latency window: busy_level, then vrate.
+fn judge_window(
+    dev: &DeviceShared,
+    st: &mut DeviceState,
+    ps: &mut PlannerState,
+    ctx: &PeriodCtx,
+    demand: busy::Demand,
+    judged: &lat_stat::Judged,
+) -> Signals {
+    let params = dev.params();
+    let now = ctx.now;
     let aim = busy::aim(ctx.ppm_thr);
-    if dev.alone(now.now_ns) {
-        // Alone on the device, a volume is not throttled (`VolumeQos::admit_at`): its
-        // misses are its own, so vrate, busy_level and the latency floor hold for when a
-        // neighbour arrives. It is charged all the same; what it completed ahead of vnow
-        // is forgiven every period, so its clock never runs far ahead (design §5.9).
-        for (_, lone) in &st.active {
-            lone.forgive_completed_ahead(now.vnow);
-        }
-        ps.lat_window.reset();
-        (lat, trend, missed_at_min) = (period_lat.stat(), latency_floor::LatencyTrend::Clear, 0);
-    } else if let Some(judged) = ps.lat_window.push(&protected, &period_lat, aim) {
-        // While some volume is short of budget, lowering vrate takes from it: only the
-        // victims' latency counts (`victims`). While nobody is, the device rather than
-        // the budgets decides who is served, and everyone's latency counts, unless no
-        // vrate met the target lately ([`attainable`]).
-        ps.attainable.observe(&judged.all, aim, now.now_ns);
-        let attainable = ps.attainable.recently(now.now_ns);
-        let mut steering = demand;
-        lat = if underserved_only && (demand.nr_shortages > 0 || !attainable) {
-            steering.nr_lagging = demand.nr_lagging_victims;
-            judged.stat
-        } else {
-            judged.all
-        };
-        judged_periods = judged.periods;
-        let targets_us = [params.rlat_us, params.wlat_us];
-        trend = ps.lat_floors.observe(
-            lat.mean_lat_us,
-            lat.mean_se_us,
-            ctx.ppm_thr,
-            targets_us,
-            now.now_ns,
-        );
-        if underserved_only && attainable && judged.all.missed_target(aim) {
-            // Volumes that are no victims miss more than the aim: their misses do not
-            // lower vrate, but raising it would only deepen their queues and, with
-            // unequal weights, let the device rather than the budgets decide the split.
-            trend = latency_floor::LatencyTrend::Rising;
-        }
-        st.busy_level = busy::next_busy_level(st.busy_level, &lat, trend, &steering, aim);
-        // The latency class (design §15): a volume missing its own target on the device
-        // counts as a miss; one above its margin keeps vrate from rising.
-        let class = ps.latency_class;
-        ps.latency_class.device_miss = false;
-        if class.device_miss {
-            st.busy_level = (st.busy_level.max(0) + 1).min(busy::BUSY_LEVEL_MAX);
-        } else if class.unmet && st.busy_level < 0 {
-            st.busy_level = 0;
-        }
-        if st.active.len() < 2 {
-            // One volume active, not yet alone (design §5.9): nobody to protect and
-            // nothing to arbitrate, so vrate holds for when the others come back. Raised
-            // for a lone writer, it would let readers back from idle find the device's
-            // queue full (4 paced readers on 2 s in 8: vrate reached 400 % while they
-            // were away and every reader-second missed).
-            st.busy_level = 0;
-        }
-        if lat.grossly_missed(ctx.ppm_thr, targets_us) {
-            ps.gross_streak = ps.gross_streak.saturating_add(1);
-        } else if !lat.no_samples(ctx.ppm_thr) || judged.all.nr_done > judged.stat.nr_done {
-            // A window in which only volumes that are no victims completed anything has
-            // nobody to protect: the streak ends as after a met window.
-            ps.gross_streak = 0;
-        }
-        vrate::adjust_base_vrate(
-            dev,
-            st,
-            ps.gross_streak,
-            steering.nr_lagging,
-            ps.vrate_ceiling.limit(),
-        );
-        let missed = lat.missed_target(ctx.ppm_thr);
-        missed_at_min = if missed && st.vtime_base_rate <= params.vrate_min() {
-            last.missed_at_min.saturating_add(judged.periods)
-        } else {
-            0
-        };
-        if lat.nr_done > 0 {
-            st.contended_periods += u64::from(judged.periods);
-            if missed {
-                st.contended_periods_missed += u64::from(judged.periods);
-            }
-        }
-    }
-
-    // Background volumes get only their floor while the foreground wants more than it
-    // gets (it leaves no capacity idle) or while latency rises above its floor (they
-    // would be served at the foreground's expense; design §13).
-    dev.hold_background.store(
-        demand.foreground_short || trend == latency_floor::LatencyTrend::Rising,
-        Relaxed,
-    );
-    dev.cur_period.fetch_add(1, Relaxed);
-    if !st.active.is_empty() {
-        dev.start_period(st, now);
+    let underserved_only = params.protect == Protect::Underserved;
+    // While some volume is short of budget, lowering vrate takes from it: only the
+    // victims' latency counts (`victims`). While nobody is, the device rather than the
+    // budgets decides who is served, and everyone's latency counts, unless no vrate met
+    // the target lately ([`attainable`]).
+    ps.attainable.observe(&judged.all, aim, now.now_ns);
+    let attainable = ps.attainable.recently(now.now_ns);
+    let mut steering = demand;
+    let lat = if underserved_only && (demand.nr_shortages > 0 || !attainable) {
+        steering.nr_lagging = demand.nr_lagging_victims;
+        judged.stat
     } else {
-        st.busy_level = 0;
-        st.running = false;
-    }
-    dev.refresh_rate(st, now);
-
-    st.last = PeriodRecord {
-        at_ns: now.now_ns,
-        vrate_before_ppm: rate_to_ppm(vrate_before),
-        vrate_after_ppm: rate_to_ppm(st.vtime_base_rate),
-        vrate_effective_ppm: rate_to_ppm(dev.vclock.read().2),
-        busy_level: st.busy_level,
-        missed_ppm: lat.missed_ppm,
-        rq_wait_pct: lat.rq_wait_pct,
-        mean_lat_us: lat.mean_lat_us,
-        latency_rising: trend == latency_floor::LatencyTrend::Rising,
-        judged_periods,
-        nr_done: period_lat.stat().nr_done,
-        nr_lagging: demand.nr_lagging,
-        nr_shortages: demand.nr_shortages,
-        nr_donors: if demand.nr_shortages > 0 {
-            nr_donors
-        } else {
-            0
-        },
-        nr_active: st.active.len() as u32,
-        missed_at_min,
+        judged.all
     };
-    period_ns
+    let targets_us = [params.rlat_us, params.wlat_us];
+    let mut trend = ps.lat_floors.observe(
+        lat.mean_lat_us,
+        lat.mean_se_us,
+        ctx.ppm_thr,
+        targets_us,
+        now.now_ns,
+    );
+    if underserved_only && attainable && judged.all.missed_target(aim) {
+        // Volumes that are no victims miss more than the aim: their misses do not lower
+        // vrate, but raising it would only deepen their queues and, with unequal
+        // weights, let the device rather than the budgets decide the split.
+        trend = latency_floor::LatencyTrend::Rising;
+    }
+    st.busy_level = busy::next_busy_level(st.busy_level, &lat, trend, &steering, aim);
+    // The latency class (design §15): a volume missing its own target on the device
+    // counts as a miss; one above its margin keeps vrate from rising.
+    let class = ps.latency_class;
+    ps.latency_class.device_miss = false;
+    if class.device_miss {
+        st.busy_level = (st.busy_level.max(0) + 1).min(busy::BUSY_LEVEL_MAX);
+    } else if class.unmet && st.busy_level < 0 {
+        st.busy_level = 0;
+    }
+    if st.active.len() < 2 {
+        // One volume active, not yet alone (design §5.9): nobody to protect and nothing
+        // to arbitrate, so vrate holds for when the others come back. Raised for a lone
+        // writer, it would let readers back from idle find the device's queue full (4
+        // paced readers on 2 s in 8: vrate reached 400 % while they were away and every
+        // reader-second missed).
+        st.busy_level = 0;
+    }
+    if lat.grossly_missed(ctx.ppm_thr, targets_us) {
+        ps.gross_streak = ps.gross_streak.saturating_add(1);
+    } else if !lat.no_samples(ctx.ppm_thr) || judged.all.nr_done > judged.stat.nr_done {
+        // A window in which only volumes that are no victims completed anything has
+        // nobody to protect: the streak ends as after a met window.
+        ps.gross_streak = 0;
+    }
+    vrate::adjust_base_vrate(
+        dev,
+        st,
+        ps.gross_streak,
+        steering.nr_lagging,
+        ps.vrate_ceiling.limit(),
+    );
+    let missed = lat.missed_target(ctx.ppm_thr);
+    let missed_at_min = if missed && st.vtime_base_rate <= params.vrate_min() {
+        st.last.missed_at_min.saturating_add(judged.periods)
+    } else {
+        0
+    };
+    if lat.nr_done > 0 {
+        st.contended_periods += u64::from(judged.periods);
+        if missed {
+            st.contended_periods_missed += u64::from(judged.periods);
+        }
+    }
+    Signals {
+        lat,
+        trend,
+        missed_at_min,
+        judged_periods: judged.periods,
+    }
 }
