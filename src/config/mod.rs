@@ -55,6 +55,8 @@ pub struct Config {
     pub device: DeviceConfig,
     #[serde(default)]
     pub control: ControlConfig,
+    #[serde(default, skip_serializing_if = "MetricsConfig::is_off")]
+    pub metrics: MetricsConfig,
     #[serde(default, rename = "group")]
     pub groups: Vec<GroupConfig>,
     #[serde(default, rename = "volume")]
@@ -129,6 +131,47 @@ pub struct ControlConfig {
     /// REST control socket (served by the control plane).
     #[serde(default)]
     pub socket: Option<PathBuf>,
+}
+
+/// `[metrics]`: a read-only listener serving `GET /metrics` alone, for Prometheus.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// `"HOST:PORT"` (TCP, e.g. `"127.0.0.1:9477"`) or an absolute path (a unix socket,
+    /// mode 0660). Absent: off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+}
+
+/// Where the metrics listener listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MetricsAddr {
+    Tcp(std::net::SocketAddr),
+    Unix(PathBuf),
+}
+
+impl MetricsConfig {
+    fn is_off(&self) -> bool {
+        self.listen.is_none()
+    }
+
+    /// The listener's address; None when off. The error is for `metrics.listen`.
+    pub fn addr(&self) -> Result<Option<MetricsAddr>, String> {
+        let Some(text) = &self.listen else {
+            return Ok(None);
+        };
+        if text.starts_with('/') {
+            return Ok(Some(MetricsAddr::Unix(PathBuf::from(text))));
+        }
+        text.parse()
+            .map(|a| Some(MetricsAddr::Tcp(a)))
+            .map_err(|_| {
+                format!(
+                "expected HOST:PORT with a numeric host (e.g. \"127.0.0.1:9477\", \"[::1]:9477\") \
+                 or an absolute unix socket path (got {text:?})"
+            )
+            })
+    }
 }
 
 impl GroupConfig {

@@ -6,8 +6,8 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use super::{
-    invalid, Config, ConfigError, DeviceKind, VolumeConfig, MAX_QUEUES, MAX_QUEUE_SIZE, NAME_MAX,
-    POLL_MAX_LIMIT_US, ROOT_GROUP, SERIAL_MAX_BYTES,
+    invalid, Config, ConfigError, DeviceKind, MetricsAddr, VolumeConfig, MAX_QUEUES,
+    MAX_QUEUE_SIZE, NAME_MAX, POLL_MAX_LIMIT_US, ROOT_GROUP, SERIAL_MAX_BYTES,
 };
 
 impl Config {
@@ -62,6 +62,16 @@ impl Config {
                     "device.create_size",
                     format!("must be a non-zero multiple of 512 bytes (got {size})"),
                 ));
+            }
+        }
+        self.metrics
+            .addr()
+            .map_err(|e| invalid("metrics.listen", e))?;
+        if let (Some(MetricsAddr::Unix(path)), Some(control)) =
+            (self.metrics.addr().ok().flatten(), &self.control.socket)
+        {
+            if &path == control {
+                return Err(invalid("metrics.listen", "the same path as control.socket"));
             }
         }
         d.model.validate().map_err(ConfigError::Section)?;

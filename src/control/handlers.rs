@@ -85,6 +85,21 @@ pub fn routes() -> Routes {
         .add("GET", "/metrics", get_metrics)
 }
 
+/// The metrics listener's one route: `GET /metrics` (other methods: 405).
+pub fn metrics_router(ctl: Arc<Control>) -> axum::Router {
+    Router::new()
+        .route("/metrics", axum::routing::get(get_metrics))
+        .fallback(metrics_fallback)
+        .with_state(ctl)
+}
+
+async fn metrics_fallback(method: Method, uri: Uri) -> ApiError {
+    ApiError::not_found(format!(
+        "no such route: {method} {}: this listener serves GET /metrics only",
+        uri.path()
+    ))
+}
+
 async fn fallback(method: Method, uri: Uri) -> ApiError {
     ApiError::not_found(format!("no such route: {method} {}", uri.path()))
 }

@@ -43,8 +43,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 /// Apply the runtime changes recorded beside `config_path` to the running `daemon`, and
-/// start the REST server if `[control] socket` is set (None otherwise). Errors name the
-/// socket or the state file.
+/// start the REST server if `[control] socket` is set and the metrics listener if
+/// `[metrics] listen` is (None when neither). Errors name the socket or the state file.
 pub fn start(
     config: &Config,
     config_path: &Path,
@@ -64,11 +64,22 @@ pub fn start(
     ctl.restore()?;
     let keeper = Arc::clone(&ctl);
     *daemon.learned_sink.locked() = Some(Box::new(move |m| keeper.keep_learned(m)));
-    let Some(socket) = &config.control.socket else {
-        return Ok(None);
+    let metrics = match config.metrics.addr() {
+        Ok(Some(addr)) => Some(server::MetricsListener::bind(&addr).map_err(|e| e.to_string())?),
+        Ok(None) => None,
+        Err(e) => return Err(format!("metrics.listen: {e}")),
     };
-    let listener = server::bind(socket).map_err(|e| e.to_string())?;
-    ControlServer::start(ctl, listener, socket.clone())
+    let control = match &config.control.socket {
+        Some(socket) => Some((
+            server::bind(socket).map_err(|e| e.to_string())?,
+            socket.clone(),
+        )),
+        None => None,
+    };
+    if control.is_none() && metrics.is_none() {
+        return Ok(None);
+    }
+    ControlServer::start(ctl, control, metrics)
         .map(Some)
         .map_err(|e| format!("control server: {e}"))
 }

@@ -1,5 +1,6 @@
-//! The control server: HTTP/1.1 on a unix socket, on its own thread with its own
-//! single-threaded tokio runtime.
+//! The control server: HTTP/1.1 on a unix socket, and the read-only metrics listener
+//! (`[metrics] listen`, TCP or a unix socket, `GET /metrics` alone), on one thread with
+//! its own single-threaded tokio runtime.
 //!
 //! The data path never waits for it: worker threads share nothing with this thread but
 //! atomics and the QoS device (whose lock the control plane takes exactly like the
@@ -18,29 +19,85 @@ use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::Notify;
+use tokio::sync::watch;
 
 /// A running control server.
 pub struct ControlServer {
-    socket: PathBuf,
-    bound: Option<crate::socket_path::SocketId>,
-    shutdown: Arc<Notify>,
+    /// The unix sockets it bound (removed when it stops, if still its own).
+    sockets: Vec<(PathBuf, Option<crate::socket_path::SocketId>)>,
+    shutdown: watch::Sender<bool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 /// Bind `path` with mode 0600, replacing a stale socket ([`crate::socket_path::claim`]).
 pub fn bind(path: &Path) -> io::Result<UnixListener> {
-    let what = |msg: String| io::Error::other(format!("control socket {}: {msg}", path.display()));
-    crate::socket_path::claim(path, "control socket")?;
+    bind_unix(path, "control socket", 0o600)
+}
+
+/// Bind `path` with `mode`, replacing a stale socket; errors name `what` and the path.
+fn bind_unix(path: &Path, what: &str, mode: u32) -> io::Result<UnixListener> {
+    let fail = |msg: String| io::Error::other(format!("{what} {}: {msg}", path.display()));
+    crate::socket_path::claim(path, what)?;
     // SAFETY: umask(2) only swaps the process file-creation mask; restored right after.
     let old = unsafe { libc::umask(0o177) };
     let bound = UnixListener::bind(path);
     // SAFETY: as above.
     unsafe { libc::umask(old) };
-    let listener = bound.map_err(|e| what(format!("cannot listen: {e}")))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| what(format!("cannot set mode 0600: {e}")))?;
+    let listener = bound.map_err(|e| fail(format!("cannot listen: {e}")))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| fail(format!("cannot set mode {mode:04o}: {e}")))?;
     Ok(listener)
+}
+
+/// The metrics listener, bound at start-up so that a taken port is a start-up error.
+pub enum MetricsListener {
+    Tcp(std::net::TcpListener),
+    /// Mode 0660: whoever shares the daemon's group may scrape.
+    Unix(UnixListener, PathBuf),
+}
+
+impl MetricsListener {
+    /// Binds `[metrics] listen`.
+    pub fn bind(addr: &crate::config::MetricsAddr) -> io::Result<Self> {
+        use crate::config::MetricsAddr;
+        match addr {
+            MetricsAddr::Tcp(a) => std::net::TcpListener::bind(a)
+                .map(MetricsListener::Tcp)
+                .map_err(|e| io::Error::other(format!("metrics.listen {a}: cannot listen: {e}"))),
+            MetricsAddr::Unix(path) => bind_unix(path, "metrics.listen", 0o660)
+                .map(|l| MetricsListener::Unix(l, path.clone())),
+        }
+    }
+
+    /// What it listens on, for the log: `127.0.0.1:9477` or the socket path.
+    pub fn describe(&self) -> String {
+        match self {
+            MetricsListener::Tcp(l) => l
+                .local_addr()
+                .map_or_else(|e| format!("? ({e})"), |a| a.to_string()),
+            MetricsListener::Unix(_, path) => path.display().to_string(),
+        }
+    }
+}
+
+/// What the servers accept connections on.
+trait Accept: Send + 'static {
+    type Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static;
+    fn next(&self) -> impl std::future::Future<Output = io::Result<Self::Stream>> + Send;
+}
+
+impl Accept for tokio::net::UnixListener {
+    type Stream = tokio::net::UnixStream;
+    async fn next(&self) -> io::Result<Self::Stream> {
+        self.accept().await.map(|(s, _)| s)
+    }
+}
+
+impl Accept for tokio::net::TcpListener {
+    type Stream = tokio::net::TcpStream;
+    async fn next(&self) -> io::Result<Self::Stream> {
+        self.accept().await.map(|(s, _)| s)
+    }
 }
 
 /// The whole request header must arrive within this time of the connection's start or
@@ -69,10 +126,12 @@ pub const MAX_CONNECTIONS: usize = 64;
 /// client that opens connections and sends nothing, or sends its request byte by byte,
 /// holds a connection slot for at most [`HEADER_TIMEOUT`] and can never take more than
 /// [`MAX_CONNECTIONS`] of them.
-async fn serve_limited(
-    listener: tokio::net::UnixListener,
+/// `what` names the listener in log lines.
+async fn serve_limited<L: Accept>(
+    listener: L,
     router: axum::Router,
-    stop: Arc<Notify>,
+    mut stop: watch::Receiver<bool>,
+    what: &'static str,
 ) {
     use hyper_util::rt::{TokioIo, TokioTimer};
     let router = router.layer(axum::middleware::from_fn(
@@ -96,11 +155,11 @@ async fn serve_limited(
     let mut refused = crate::logging::LogLimiter::new(Duration::from_secs(10));
     loop {
         let stream = tokio::select! {
-            _ = stop.notified() => return,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+            _ = stop.changed() => return,
+            accepted = listener.next() => match accepted {
+                Ok(stream) => stream,
                 Err(e) => {
-                    tracing::warn!("control socket: accept failed: {e}");
+                    tracing::warn!("{what}: accept failed: {e}");
                     tokio::time::sleep(Duration::from_millis(10)).await;
                     continue;
                 }
@@ -110,7 +169,7 @@ async fn serve_limited(
             if let Some(more) = refused.check() {
                 tracing::warn!(
                     refused_since_last = more,
-                    "control socket: {MAX_CONNECTIONS} connections open; refusing more"
+                    "{what}: {MAX_CONNECTIONS} connections open; refusing more"
                 );
             }
             continue; // dropping the stream closes it
@@ -122,7 +181,7 @@ async fn serve_limited(
                 .header_read_timeout(HEADER_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), service);
             if let Err(e) = conn.await {
-                tracing::debug!("control connection: {e}");
+                tracing::debug!("{what} connection: {e}");
             }
             drop(slot);
         });
@@ -130,52 +189,44 @@ async fn serve_limited(
 }
 
 impl ControlServer {
-    /// Serve `ctl` on `listener` (bound at `socket`) in a new thread.
-    pub fn start(ctl: Arc<Control>, listener: UnixListener, socket: PathBuf) -> io::Result<Self> {
-        listener.set_nonblocking(true)?;
+    /// Serve `ctl` in a new thread: the control API on `control` (a listener bound at
+    /// its socket path), `GET /metrics` alone on `metrics`; either may be absent.
+    pub fn start(
+        ctl: Arc<Control>,
+        control: Option<(UnixListener, PathBuf)>,
+        metrics: Option<MetricsListener>,
+    ) -> io::Result<Self> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_io()
             .enable_time()
             .build()?;
-        let shutdown = Arc::new(Notify::new());
-        let stop = shutdown.clone();
-        let router = handlers::routes().into_router(ctl.clone());
-        let path = socket.clone();
+        let (shutdown, stop) = watch::channel(false);
+        let mut sockets = Vec::new();
+        if let Some((listener, path)) = &control {
+            listener.set_nonblocking(true)?;
+            sockets.push((path.clone(), crate::socket_path::id(path)));
+        }
+        match &metrics {
+            Some(MetricsListener::Tcp(l)) => l.set_nonblocking(true)?,
+            Some(MetricsListener::Unix(l, path)) => {
+                l.set_nonblocking(true)?;
+                sockets.push((path.clone(), crate::socket_path::id(path)));
+            }
+            None => {}
+        }
         let thread = std::thread::Builder::new()
             .name("control".into())
-            .spawn(move || {
-                runtime.block_on(async move {
-                    let listener = match tokio::net::UnixListener::from_std(listener) {
-                        Ok(l) => l,
-                        Err(e) => {
-                            tracing::error!("control socket: {e}");
-                            return;
-                        }
-                    };
-                    // Rates (IOPS, bytes/s) are measured between samples once a second.
-                    let sampler = ctl.clone();
-                    tokio::spawn(async move {
-                        let mut tick = tokio::time::interval(Duration::from_secs(1));
-                        loop {
-                            tick.tick().await;
-                            sampler.sample();
-                        }
-                    });
-                    tracing::info!(socket = %path.display(), "control API listening");
-                    serve_limited(listener, router, stop).await;
-                });
-            })?;
+            .spawn(move || runtime.block_on(serve(ctl, control, metrics, stop)))?;
         Ok(ControlServer {
-            bound: crate::socket_path::id(&socket),
-            socket,
+            sockets,
             shutdown,
             thread: Some(thread),
         })
     }
 
-    /// Stop serving (waiting up to 2 s for requests in progress) and remove the socket.
+    /// Stop serving (waiting up to 2 s for requests in progress) and remove the sockets.
     pub fn stop(mut self) {
-        self.shutdown.notify_one();
+        let _ = self.shutdown.send(true);
         if let Some(t) = self.thread.take() {
             let deadline = Instant::now() + Duration::from_secs(2);
             while !t.is_finished() && Instant::now() < deadline {
@@ -185,8 +236,67 @@ impl ControlServer {
                 let _ = t.join();
             }
         }
-        crate::socket_path::remove_if_ours(&self.socket, self.bound);
+        for (path, bound) in &self.sockets {
+            crate::socket_path::remove_if_ours(path, *bound);
+        }
     }
+}
+
+/// The server thread's work: sample rates once a second, serve each listener until
+/// `stop` is notified.
+async fn serve(
+    ctl: Arc<Control>,
+    control: Option<(UnixListener, PathBuf)>,
+    metrics: Option<MetricsListener>,
+    stop: watch::Receiver<bool>,
+) {
+    // Rates (IOPS, bytes/s) are measured between samples once a second.
+    let sampler = ctl.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            sampler.sample();
+        }
+    });
+    let mut servers = tokio::task::JoinSet::new();
+    if let Some(listener) = metrics {
+        let router = handlers::metrics_router(ctl.clone());
+        let stop = stop.clone();
+        let at = listener.describe();
+        match listener {
+            MetricsListener::Tcp(l) => match tokio::net::TcpListener::from_std(l) {
+                Ok(l) => {
+                    tracing::info!(address = %at, "metrics listening (GET /metrics)");
+                    servers.spawn(
+                        async move { serve_limited(l, router, stop, "metrics.listen").await },
+                    );
+                }
+                Err(e) => tracing::error!("metrics.listen {at}: {e}"),
+            },
+            MetricsListener::Unix(l, _) => match tokio::net::UnixListener::from_std(l) {
+                Ok(l) => {
+                    tracing::info!(address = %at, "metrics listening (GET /metrics)");
+                    servers.spawn(
+                        async move { serve_limited(l, router, stop, "metrics.listen").await },
+                    );
+                }
+                Err(e) => tracing::error!("metrics.listen {at}: {e}"),
+            },
+        }
+    }
+    if let Some((listener, path)) = control {
+        let router = handlers::routes().into_router(ctl.clone());
+        match tokio::net::UnixListener::from_std(listener) {
+            Ok(l) => {
+                tracing::info!(socket = %path.display(), "control API listening");
+                servers
+                    .spawn(async move { serve_limited(l, router, stop, "control socket").await });
+            }
+            Err(e) => tracing::error!("control socket: {e}"),
+        }
+    }
+    while servers.join_next().await.is_some() {}
 }
 
 #[cfg(test)]

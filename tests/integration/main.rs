@@ -23,6 +23,7 @@ mod huge_pages;
 mod learned_model;
 mod libvirt;
 mod malformed;
+mod metrics_listener;
 mod migration;
 mod operations;
 mod polling;
