@@ -295,6 +295,10 @@ pub struct VolumeStatsView {
     pub reserved: u64,
     /// What the latency class multiplies the volume's weight by (1: none).
     pub boost: f64,
+    /// Latency class: windows of the volume's own target judged since start, and of
+    /// those missed.
+    pub latency_target_windows: u64,
+    pub latency_target_windows_missed: u64,
     pub lat_p50_us_period: Option<u64>,
     pub lat_p99_us_period: Option<u64>,
     pub lat_p50_us: Option<u64>,

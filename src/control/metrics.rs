@@ -17,6 +17,7 @@
 //! | `vhost_iocost_volume_background_held_total` | counter | times a background volume's next request was held back for the foreground |
 //! | `vhost_iocost_volume_reserved_total` | counter | requests admitted on the volume's reservation |
 //! | `vhost_iocost_volume_latency_boost` | gauge | what the latency class multiplies the volume's weight by |
+//! | `vhost_iocost_volume_latency_target_windows_total`, `..._latency_target_missed_windows_total` | counter | latency class: windows of the volume's own target judged, and missed |
 //! | `vhost_iocost_group_latency_boost{group}` | gauge | the same for a latency-class group's weight |
 //! | `vhost_iocost_volume_wait_seconds_total` | counter | time with a throttled request |
 //! | `vhost_iocost_volume_weight` | gauge | configured weight |
@@ -24,6 +25,7 @@
 //! | `vhost_iocost_volume_hweight_active_percent`, `..._inuse_percent`, `..._donated_percent` | gauge | shares |
 //! | `vhost_iocost_volume_latency_seconds` | histogram | device latency since start (bounds are powers of two µs) |
 //! | `vhost_iocost_device_vrate_percent`, `..._busy_level`, `..._period_seconds` | gauge | device |
+//! | `vhost_iocost_device_vrate_min_percent`, `..._vrate_max_percent` | gauge | vrate's bounds (`[device.qos] min`, `max`) |
 //! | `vhost_iocost_device_contended_periods_total`, `..._contended_periods_missed_total` | counter | periods where QoS arbitrated, and those that missed a latency target |
 //! | `vhost_iocost_model_coefficient_seconds{coef}` | gauge | the cost model's six coefficients (`rpage`, `rseqio`, `rrandio`, `wpage`, `wseqio`, `wrandio`), device seconds |
 //! | `vhost_iocost_model_learned_stderr_ratio{coef}` | gauge | while learning: each coefficient's standard error over its estimate (absent: not estimated yet) |
@@ -89,6 +91,7 @@ impl Collector for ControlCollector {
         encode_latency_histograms(ctl, &stats.volumes, &mut enc)?;
         encode_group_boosts(ctl, &mut enc)?;
         encode_device(&stats.device, &mut enc)?;
+        encode_vrate_bounds(&ctl.qos.qos_config(), &mut enc)?;
         encode_model(ctl, &mut enc)
     }
 }
@@ -141,6 +144,16 @@ const VOLUME_FAMILIES: &[(&str, &str, Read)] = &[
         "reserved",
         "Requests admitted on the volume's reservation.",
         Read::Count(|v| v.reserved),
+    ),
+    (
+        "latency_target_windows",
+        "Latency class: windows of the volume's own target judged.",
+        Read::Count(|v| v.latency_target_windows),
+    ),
+    (
+        "latency_target_missed_windows",
+        "Latency class: windows of the volume's own target missed.",
+        Read::Count(|v| v.latency_target_windows_missed),
     ),
     (
         "latency_boost",
@@ -310,6 +323,29 @@ fn encode_group_boosts(ctl: &Control, enc: &mut DescriptorEncoder) -> Result<(),
         "What the latency class multiplies a latency-class group's weight by (1: none).",
         &group_boost,
     )?;
+    Ok(())
+}
+
+/// vrate's configured bounds, so that an alert can tell vrate held at its floor.
+fn encode_vrate_bounds(
+    qos: &crate::qos::QosConfig,
+    enc: &mut DescriptorEncoder,
+) -> Result<(), std::fmt::Error> {
+    for (name, help, value) in [
+        (
+            "vhost_iocost_device_vrate_min_percent",
+            "Lower bound of vrate, percent.",
+            qos.min,
+        ),
+        (
+            "vhost_iocost_device_vrate_max_percent",
+            "Upper bound of vrate, percent.",
+            qos.max,
+        ),
+    ] {
+        let g = ConstGauge::new(value);
+        g.encode(enc.encode_descriptor(name, help, None, g.metric_type())?)?;
+    }
     Ok(())
 }
 

@@ -282,6 +282,8 @@ impl Control {
                     background_held: q.map_or(0, |q| q.background_held),
                     reserved: q.map_or(0, |q| q.reserved),
                     boost: q.map_or(1.0, |q| q.boost),
+                    latency_target_windows: q.map_or(0, |q| q.target_windows),
+                    latency_target_windows_missed: q.map_or(0, |q| q.target_windows_missed),
                     lat_p50_us_period: q.and_then(|q| q.lat_p50_us_period),
                     lat_p99_us_period: q.and_then(|q| q.lat_p99_us_period),
                     lat_p50_us: q.and_then(|q| q.lat_p50_us),

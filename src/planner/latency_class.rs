@@ -210,6 +210,12 @@ pub(crate) fn steer(
             let mut h = v.hist.locked();
             close(&mut h.target, target, now_ns)
         };
+        if let Some(s) = &seen {
+            v.io.target_windows.fetch_add(1, Relaxed);
+            if s.pct_us > target.us {
+                v.io.target_windows_missed.fetch_add(1, Relaxed);
+            }
+        }
         if let Some(boost) = judge(seen, target, &mut books[id], node.boost, &mut verdict) {
             v.boost_ppm.store((boost * 1e6) as u64, Relaxed);
             st.tree.nodes[id].boost = boost;

@@ -48,6 +48,9 @@ pub struct VolumeStats {
     pub lat_met: u64,
     /// Reads and writes that missed it.
     pub lat_missed: u64,
+    /// Latency class: windows of the volume's own target judged, and of those missed.
+    pub target_windows: u64,
+    pub target_windows_missed: u64,
     /// Device latency (admitted → completed) p50 over the last period, µs.
     pub lat_p50_us_period: Option<u64>,
     /// p99 over the last period, µs.

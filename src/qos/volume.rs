@@ -393,6 +393,8 @@ impl VolumeQos {
             boost: v.boost_ppm.load(Relaxed) as f64 / 1e6,
             lat_met: v.io.lat_met.load(Relaxed),
             lat_missed: v.io.lat_missed.load(Relaxed),
+            target_windows: v.io.target_windows.load(Relaxed),
+            target_windows_missed: v.io.target_windows_missed.load(Relaxed),
             lat_p50_us_period: p50p,
             lat_p99_us_period: p99p,
             lat_p50_us: p50,

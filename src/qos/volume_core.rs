@@ -47,6 +47,9 @@ pub(crate) struct IoCounters {
     pub wait_ns: AtomicU64,
     pub lat_met: AtomicU64,
     pub lat_missed: AtomicU64,
+    /// Latency class: windows of its own target judged, and of those missed.
+    pub target_windows: AtomicU64,
+    pub target_windows_missed: AtomicU64,
 }
 
 /// The shared state of one volume: everything the issue path touches.

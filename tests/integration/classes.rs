@@ -185,8 +185,13 @@ fn a_latency_class_volume_is_boosted_until_its_target_holds() {
         &(volume("l", 0, 16, "weight = 10") + &volume("agg", 16, 16, "weight = 1000")),
     ));
     set_latency_class_and_run(&d, "l", "volume");
-    let boost = volume_stats(&d, "l")["boost"].as_f64().unwrap();
+    let stats = volume_stats(&d, "l");
+    let boost = stats["boost"].as_f64().unwrap();
     assert!(boost > 4.0, "boost {boost}");
+    // Its windows are counted: the first ones missed (the boost grew), later ones met.
+    let judged = stats["latency_target_windows"].as_u64().unwrap();
+    let missed = stats["latency_target_windows_missed"].as_u64().unwrap();
+    assert!(missed >= 1 && judged > missed, "{stats}");
 }
 
 /// The same with the reader in a group of weight 10 that is made latency-class: the

@@ -10,6 +10,7 @@ mod control;
 mod crash_recovery;
 mod daemon;
 mod data_path;
+mod deploy;
 mod devices;
 mod dirty_log;
 mod drain;
