@@ -250,6 +250,10 @@ pub struct DeviceStatsView {
     /// and how many of them missed a latency target.
     pub contended_periods: u64,
     pub contended_periods_missed: u64,
+    /// The device-wide latency targets in effect, `"p90 375us"`; null: that direction
+    /// is not judged (its `missed_ppm` then means nothing).
+    pub read_target: Option<String>,
+    pub write_target: Option<String>,
 }
 
 /// One volume in `GET /v1/stats`. Rates are over the last sampling interval (1 s);
@@ -295,6 +299,19 @@ pub struct VolumeStatsView {
     pub reserved: u64,
     /// What the latency class multiplies the volume's weight by (1: none).
     pub boost: f64,
+    /// Pressure: share of the last sampling interval (1 s) in which the volume had a
+    /// request held back by QoS (budget, cap or class), percent.
+    pub pressure_pct: f64,
+    /// Time held back by a cap, and by its class, since start, µs (`wait_us`: by its
+    /// budget).
+    pub cap_wait_us: u64,
+    pub class_wait_us: u64,
+    /// Time its requests waited for a device slot, µs, summed over the requests.
+    pub slot_wait_us: u64,
+    /// Absolute cost admitted since start: device time at the model's speed, µs.
+    pub cost_us: u64,
+    /// Budget it may spend now, µs of virtual time; negative: its debt.
+    pub budget_us: i64,
     /// Latency class: windows of the volume's own target judged since start, and of
     /// those missed.
     pub latency_target_windows: u64,

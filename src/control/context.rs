@@ -29,9 +29,9 @@ pub type VolumeHandle = Arc<Volume<Arc<VolumeQos>>>;
 /// Counter samples for rates.
 #[derive(Debug, Default)]
 pub(super) struct Rates {
-    pub(super) last: Option<(Instant, HashMap<String, [u64; 4]>)>,
-    /// Per volume `[reads/s, writes/s, read bytes/s, write bytes/s]`.
-    pub(super) rates: HashMap<String, [f64; 4]>,
+    pub(super) last: Option<(Instant, HashMap<String, [u64; 5]>)>,
+    /// Per volume `[reads/s, writes/s, read bytes/s, write bytes/s, QoS wait ns/s]`.
+    pub(super) rates: HashMap<String, [f64; 5]>,
     pub(super) interval_s: f64,
 }
 

@@ -130,26 +130,34 @@ fn format_learned(learned: &Value) -> String {
 /// One `stats`/`top` frame.
 pub fn format_stats(st: &StatsView) -> String {
     let d = &st.device;
+    // Only directions with a target: a miss count against no target means nothing.
+    let mut missed = String::new();
+    for (dir, target, ppm) in [
+        ("reads", &d.read_target, d.missed_ppm[0]),
+        ("writes", &d.write_target, d.missed_ppm[1]),
+    ] {
+        if let Some(t) = target {
+            let _ = write!(missed, "  {dir} over {t}: {ppm} ppm");
+        }
+    }
     let mut s = format!(
-        "vrate {:.1}%  busy_level {}  period {} us  qos {}  missed r/w {}/{} ppm  uptime {:.0} s\n",
+        "vrate {:.1}%  busy_level {}  period {} us  qos {}{missed}  uptime {:.0} s\n",
         d.vrate_pct,
         d.busy_level,
         d.period_us,
         if d.enabled { "on" } else { "off" },
-        d.missed_ppm[0],
-        d.missed_ppm[1],
         st.uptime_s
     );
     let _ = writeln!(
         s,
-        "{:<16} {:<10} {:>6} {:>3} {:>6} {:>6} {:>6} {:>6} {:>8} {:>8} {:>8} {:>9} {:>8} {:>8} {:>8} {:>5} {:>8} {:>8} {:>4}",
-        "VOLUME", "GROUP", "WEIGHT", "ACT", "HWA%", "HWI%", "DON%", "USE%", "IOPS", "MiB/s",
+        "{:<16} {:<10} {:>6} {:>3} {:>6} {:>6} {:>6} {:>6} {:>6} {:>8} {:>8} {:>8} {:>9} {:>8} {:>8} {:>8} {:>5} {:>8} {:>8} {:>4}",
+        "VOLUME", "GROUP", "WEIGHT", "ACT", "HWA%", "HWI%", "DON%", "USE%", "PRESS%", "IOPS", "MiB/s",
         "WAIT_ms", "THROTTLED", "CAPPED", "BG_HELD", "RESERVED", "BOOST", "P50_us", "P99_us", "CONN"
     );
     for v in &st.volumes {
         let _ = writeln!(
             s,
-            "{:<16} {:<10} {:>6} {:>3} {:>6.1} {:>6.1} {:>6.1} {:>6.1} {:>8.0} {:>8.1} {:>8} {:>9} {:>8} {:>8} {:>8} {:>5.1} {:>8} {:>8} {:>4}",
+            "{:<16} {:<10} {:>6} {:>3} {:>6.1} {:>6.1} {:>6.1} {:>6.1} {:>6.1} {:>8.0} {:>8.1} {:>8} {:>9} {:>8} {:>8} {:>8} {:>5.1} {:>8} {:>8} {:>4}",
             v.name,
             v.group,
             v.weight,
@@ -158,6 +166,7 @@ pub fn format_stats(st: &StatsView) -> String {
             v.hweight_inuse_pct,
             v.donated_pct,
             v.usage_pct,
+            v.pressure_pct,
             v.iops,
             (v.read_bytes_per_s + v.write_bytes_per_s) / 1048576.0,
             v.wait_us / 1000,

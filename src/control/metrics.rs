@@ -20,6 +20,9 @@
 //! | `vhost_iocost_volume_latency_target_windows_total`, `..._latency_target_missed_windows_total` | counter | latency class: windows of the volume's own target judged, and missed |
 //! | `vhost_iocost_group_latency_boost{group}` | gauge | the same for a latency-class group's weight |
 //! | `vhost_iocost_volume_wait_seconds_total` | counter | time with a throttled request |
+//! | `vhost_iocost_volume_pressure_seconds_total{cause}` | counter | time held back by `budget`, `cap` or `class`; `device_slot`: device-slot waits summed over requests |
+//! | `vhost_iocost_volume_cost_seconds_total` | counter | absolute cost admitted (device time at the model's speed) |
+//! | `vhost_iocost_volume_budget_seconds` | gauge | budget it may spend now; negative: debt |
 //! | `vhost_iocost_volume_weight` | gauge | configured weight |
 //! | `vhost_iocost_volume_usage_percent` | gauge | device time used in the last period |
 //! | `vhost_iocost_volume_hweight_active_percent`, `..._inuse_percent`, `..._donated_percent` | gauge | shares |
@@ -171,6 +174,16 @@ const VOLUME_FAMILIES: &[(&str, &str, Read)] = &[
         Read::Level(|v| i64::from(v.weight)),
     ),
     (
+        "cost_seconds",
+        "Absolute cost admitted: device time at the cost model's speed.",
+        Read::Seconds(|v| v.cost_us as f64 / 1e6),
+    ),
+    (
+        "budget_seconds",
+        "Budget the volume may spend now, virtual seconds; negative: its debt.",
+        Read::Share(|v| v.budget_us as f64 / 1e6),
+    ),
+    (
         "usage_percent",
         "Device time used in the last planning period, percent.",
         Read::Share(|v| v.usage_pct),
@@ -224,6 +237,26 @@ fn encode_volume_series(
     )?;
     let bytes = by_op(&[("read", |v| v.read_bytes), ("write", |v| v.write_bytes)]);
     family(enc, &format!("{p}bytes"), "Bytes read and written.", &bytes)?;
+    let mut pressure = Vec::new();
+    for v in volumes {
+        for (cause, us) in [
+            ("budget", v.wait_us),
+            ("cap", v.cap_wait_us),
+            ("class", v.class_wait_us),
+            ("device_slot", v.slot_wait_us),
+        ] {
+            let mut l = volume_labels(v);
+            l.push(("cause", cause.to_owned()));
+            pressure.push((l, ConstCounter::new(us as f64 / 1e6)));
+        }
+    }
+    family(
+        enc,
+        &format!("{p}pressure_seconds"),
+        "Time with a request held back, by cause: budget (weight), cap, class; \
+         device_slot is summed over the requests that waited for a device slot.",
+        &pressure,
+    )?;
     for (name, help, read) in VOLUME_FAMILIES {
         let name = format!("{p}{name}");
         let labelled = |v: &VolumeStatsView| volume_labels(v);

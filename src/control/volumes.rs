@@ -191,13 +191,14 @@ impl Control {
 
     // ----- statistics -----
 
-    fn counters(v: &VolumeHandle) -> [u64; 4] {
+    fn counters(v: &VolumeHandle) -> [u64; 5] {
         let c = &v.counters;
         [
             c.reads.load(Relaxed),
             c.writes.load(Relaxed),
             c.read_bytes.load(Relaxed),
             c.write_bytes.load(Relaxed),
+            v.admission.qos_wait_ns(),
         ]
     }
 
@@ -205,7 +206,7 @@ impl Control {
     /// server samples once per second).
     pub fn sample(&self) {
         let now = Instant::now();
-        let cur: HashMap<String, [u64; 4]> = self
+        let cur: HashMap<String, [u64; 5]> = self
             .handles()
             .iter()
             .map(|v| (v.name.clone(), Self::counters(v)))
@@ -231,6 +232,7 @@ impl Control {
     /// Statistics of the volumes `filter` selects, and of the device.
     pub fn stats(&self, filter: &VolumeFilter) -> StatsView {
         let d = self.qos.stats();
+        let params = self.qos.params();
         let tree = self.qos.volumes();
         let qos_stats: HashMap<&str, _> = d.volumes.iter().map(|s| (s.name.as_str(), s)).collect();
         let infos: HashMap<&str, _> = tree.iter().map(|t| (t.name.as_str(), t)).collect();
@@ -282,6 +284,12 @@ impl Control {
                     background_held: q.map_or(0, |q| q.background_held),
                     reserved: q.map_or(0, |q| q.reserved),
                     boost: q.map_or(1.0, |q| q.boost),
+                    pressure_pct: (rate[4] / 1e7).min(100.0),
+                    cap_wait_us: q.map_or(0, |q| q.cap_wait_us),
+                    class_wait_us: q.map_or(0, |q| q.class_wait_us),
+                    slot_wait_us: q.map_or(0, |q| q.slot_wait_us),
+                    cost_us: q.map_or(0, |q| q.cost_us),
+                    budget_us: q.map_or(0, |q| q.budget_us),
                     latency_target_windows: q.map_or(0, |q| q.target_windows),
                     latency_target_windows_missed: q.map_or(0, |q| q.target_windows_missed),
                     lat_p50_us_period: q.and_then(|q| q.lat_p50_us_period),
@@ -305,9 +313,23 @@ impl Control {
                 rq_wait_pct: d.rq_wait_pct,
                 contended_periods: d.contended_periods,
                 contended_periods_missed: d.contended_periods_missed,
+                read_target: latency_target(params.rppm, params.rlat_us),
+                write_target: latency_target(params.wppm, params.wlat_us),
             },
             volumes,
             volumes_total,
         }
     }
+}
+
+/// A device-wide latency target as `"p90 375us"`; None when the percentile is 0 (that
+/// direction is not judged).
+fn latency_target(ppm: u32, lat_us: u32) -> Option<String> {
+    (ppm > 0).then(|| {
+        format!(
+            "p{} {}",
+            f64::from(ppm) / 1e4,
+            crate::duration::DurationUs(u64::from(lat_us))
+        )
+    })
 }

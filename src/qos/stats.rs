@@ -48,6 +48,17 @@ pub struct VolumeStats {
     pub lat_met: u64,
     /// Reads and writes that missed it.
     pub lat_missed: u64,
+    /// Time with its next request held back by a cap, and by its class, µs (pressure,
+    /// like `wait_us` for the budget).
+    pub cap_wait_us: u64,
+    pub class_wait_us: u64,
+    /// Time its requests waited for a device slot, µs, summed over the requests.
+    pub slot_wait_us: u64,
+    /// Absolute cost admitted since start: device time at the model's speed, µs.
+    pub cost_us: u64,
+    /// vnow − its vtime, µs of virtual time: budget it may spend now, or (negative) its
+    /// debt, what it ran ahead and waits off.
+    pub budget_us: i64,
     /// Latency class: windows of the volume's own target judged, and of those missed.
     pub target_windows: u64,
     pub target_windows_missed: u64,

@@ -32,7 +32,7 @@ use super::request::{Charge, Decision, IoRequest, Timing};
 use super::shared::DeviceShared;
 use super::stats::{LatencyHistogram, VolumeStats};
 use super::vclock::Now;
-use super::volume_core::{VolumeCore, LAT_SQ_CAP_US};
+use super::volume_core::{VolumeCore, HELD_CAP, HELD_CLASS, LAT_SQ_CAP_US};
 
 /// Snapback step: raise inuse by 25 % of active per step (design §3.5).
 const INUSE_ADJ_STEP_PCT: u64 = 25;
@@ -97,6 +97,7 @@ impl VolumeQos {
         }
         if let Some(until_ns) = wait {
             self.core.io.capped.fetch_add(1, Relaxed);
+            self.core.hold(HELD_CAP, now_ns);
             // Every cap on the path learns when the volume asks again: none keeps its
             // members waiting for it before then.
             for c in caps.iter() {
@@ -164,6 +165,7 @@ impl VolumeQos {
             let retry_at = now.now_ns + (period_ns * BACKGROUND_INFLIGHT_PCT / 400).max(50_000);
             if inflight != 0 && inflight.saturating_add(abs) > limit {
                 v.io.background_held.fetch_add(1, Relaxed);
+                v.hold(HELD_CLASS, now.now_ns);
                 return Decision::Wait { until_ns: retry_at };
             }
             if dev.hold_background.load(Relaxed) {
@@ -176,6 +178,7 @@ impl VolumeQos {
                     }
                     Err(at) => {
                         v.io.background_held.fetch_add(1, Relaxed);
+                        v.hold(HELD_CLASS, now.now_ns);
                         Decision::Wait {
                             until_ns: at.unwrap_or(retry_at).max(retry_at),
                         }
@@ -198,6 +201,10 @@ impl VolumeQos {
                     self.go(io, abs, abs, 0, now.now_ns)
                 }
                 Err(reserve_at) => {
+                    // Past its caps and class, it waits for budget now.
+                    if v.held.load(Relaxed) != 0 {
+                        v.release(now.now_ns);
+                    }
                     if !v.waiting.load(Relaxed) {
                         v.wait_since_ns.store(now.now_ns, Relaxed);
                         v.waiting.store(true, Relaxed);
@@ -329,11 +336,20 @@ impl VolumeQos {
         }
     }
 
+    /// Time with a request held back by QoS (budget, cap or class) since start, ns: the
+    /// volume's pressure, sampled once a second for its share of the last second.
+    pub fn qos_wait_ns(&self) -> u64 {
+        let now = self.dev.clock.now_ns();
+        let [cap, class] = self.core.held_ns_total(now);
+        self.core.wait_ns_total(now) + cap + class
+    }
+
     /// Forget a pending wait. Call when parked requests are dropped without being
     /// admitted (device reset, disconnect); otherwise the volume keeps counting as
     /// throttled and is never deactivated.
     pub fn cancel_wait(&self) {
         let v = &*self.core;
+        v.release(self.dev.clock.now_ns());
         if v.waiting.swap(false, Relaxed) {
             let now = self.dev.clock.now_ns();
             let since = v.wait_since_ns.load(Relaxed);
@@ -357,6 +373,7 @@ impl VolumeQos {
     pub fn stats(&self) -> VolumeStats {
         let dev = &*self.dev;
         let v = &*self.core;
+        let held_ns = v.held_ns_total(dev.clock.now_ns());
         let gen = dev.hweight_gen.load(Acquire);
         let active = v.on_active.load(Relaxed);
         let (hwa, hwi) = if active { v.hweights(gen) } else { (0, 0) };
@@ -393,6 +410,11 @@ impl VolumeQos {
             boost: v.boost_ppm.load(Relaxed) as f64 / 1e6,
             lat_met: v.io.lat_met.load(Relaxed),
             lat_missed: v.io.lat_missed.load(Relaxed),
+            cap_wait_us: held_ns[0] / 1000,
+            class_wait_us: held_ns[1] / 1000,
+            slot_wait_us: v.lat.rq_wait_ns.load(Relaxed) / 1000,
+            cost_us: v.abs_vusage.load(Relaxed) / VTIME_PER_USEC,
+            budget_us: vdiff(dev.now().vnow, v.vtime.load(Relaxed)) / VTIME_PER_USEC as i64,
             target_windows: v.io.target_windows.load(Relaxed),
             target_windows_missed: v.io.target_windows_missed.load(Relaxed),
             lat_p50_us_period: p50p,
@@ -419,6 +441,9 @@ impl VolumeQos {
         if io.kind != IoKind::Flush {
             v.cursor
                 .store(io.offset.saturating_add(io.len).wrapping_add(1), Relaxed);
+        }
+        if v.held.load(Relaxed) != 0 {
+            v.release(now_ns);
         }
         if v.waiting.load(Relaxed) && v.waiting.swap(false, Relaxed) {
             let since = v.wait_since_ns.load(Relaxed);

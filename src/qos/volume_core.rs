@@ -3,7 +3,7 @@
 //! [`super::volume::VolumeQos`] is the issue path built on it; the weight tree holds it
 //! for the planner.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering::*};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -47,10 +47,17 @@ pub(crate) struct IoCounters {
     pub wait_ns: AtomicU64,
     pub lat_met: AtomicU64,
     pub lat_missed: AtomicU64,
+    /// Time held back by a cap and by its class, ns (see [`VolumeCore::held`]).
+    pub held_ns: [AtomicU64; 2],
     /// Latency class: windows of its own target judged, and of those missed.
     pub target_windows: AtomicU64,
     pub target_windows_missed: AtomicU64,
 }
+
+/// [`VolumeCore::held`]: a cap holds the volume's next request back.
+pub(crate) const HELD_CAP: u8 = 1;
+/// [`VolumeCore::held`]: its class holds it back (background behind the foreground).
+pub(crate) const HELD_CLASS: u8 = 2;
 
 /// The shared state of one volume: everything the issue path touches.
 #[derive(Debug)]
@@ -84,6 +91,10 @@ pub(crate) struct VolumeCore {
     pub waiting: AtomicBool,
     /// When the current wait began, ns.
     pub wait_since_ns: AtomicU64,
+    /// Held back by a cap or by its class ([`HELD_CAP`], [`HELD_CLASS`]; 0: not held)
+    /// since `held_since_ns`: pressure of those causes (a budget wait is `waiting`).
+    pub held: AtomicU8,
+    pub held_since_ns: AtomicU64,
     pub lat: LatCounters,
     pub io: IoCounters,
     /// Device time used in the last period, ppm of the period (planner-written).
@@ -141,6 +152,8 @@ impl VolumeCore {
             abs_vusage: AtomicU64::new(0),
             waiting: AtomicBool::new(false),
             wait_since_ns: AtomicU64::new(0),
+            held: AtomicU8::new(0),
+            held_since_ns: AtomicU64::new(0),
             lat: LatCounters::default(),
             io: IoCounters::default(),
             usage_ppm: AtomicU32::new(0),
@@ -208,6 +221,40 @@ impl VolumeCore {
             self.vtime.fetch_sub(ahead as u64, Relaxed);
             self.done_vtime.fetch_sub(ahead as u64, Relaxed);
         }
+    }
+
+    /// Held back by `cause` ([`HELD_CAP`] or [`HELD_CLASS`]) from `now_ns` on, unless
+    /// already; a hold for another cause ends here.
+    pub(crate) fn hold(&self, cause: u8, now_ns: u64) {
+        let was = self.held.swap(cause, Relaxed);
+        if was != cause {
+            self.end_hold(was, now_ns);
+            self.held_since_ns.store(now_ns, Relaxed);
+        }
+    }
+
+    /// No longer held back (its request went, or was dropped).
+    pub(crate) fn release(&self, now_ns: u64) {
+        let was = self.held.swap(0, Relaxed);
+        self.end_hold(was, now_ns);
+    }
+
+    fn end_hold(&self, cause: u8, now_ns: u64) {
+        if cause != 0 {
+            let since = self.held_since_ns.load(Relaxed);
+            self.io.held_ns[usize::from(cause - 1)]
+                .fetch_add(now_ns.saturating_sub(since), Relaxed);
+        }
+    }
+
+    /// Time held back by a cap and by the class, ns, including a hold in progress.
+    pub(crate) fn held_ns_total(&self, now_ns: u64) -> [u64; 2] {
+        let mut t = [0, 1].map(|i| self.io.held_ns[i].load(Relaxed));
+        let cause = self.held.load(Relaxed);
+        if cause != 0 {
+            t[usize::from(cause - 1)] += now_ns.saturating_sub(self.held_since_ns.load(Relaxed));
+        }
+        t
     }
 
     /// Total wait time including a wait still in progress.

@@ -39,6 +39,25 @@ fn a_2000_iops_cap_holds_beside_an_uncapped_neighbour() {
     assert!(free.iops > 1.2 * capped.iops, "free {:.0} IOPS", free.iops);
     assert!(volume_stats(&d, "capped")["capped"].as_u64().unwrap() > 0);
     assert_eq!(volume_stats(&d, "free")["capped"], 0);
+    // Its pressure is the cap's: held back nearly all of its 4 s backlogged run (the
+    // initial burst aside), its neighbour never.
+    let held_s = volume_stats(&d, "capped")["cap_wait_us"].as_u64().unwrap() as f64 / 1e6;
+    assert!((3.0..=6.0).contains(&held_s), "capped held {held_s} s");
+    assert_eq!(volume_stats(&d, "free")["cap_wait_us"], 0);
+    let metrics =
+        vhost_iocost::control::client::request(&d.path("control.sock"), "GET", "/metrics", None)
+            .unwrap()
+            .body;
+    let line = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("vhost_iocost_volume_pressure_seconds_total{")
+                && l.contains("volume=\"capped\"")
+                && l.contains("cause=\"cap\"")
+        })
+        .unwrap_or_else(|| panic!("no cap pressure in /metrics\n{metrics}"));
+    let in_metrics: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(in_metrics >= 3.0, "{line}");
 }
 
 fn patch(d: &DaemonProcess, path: &str, body: serde_json::Value) -> serde_json::Value {

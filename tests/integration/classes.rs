@@ -76,6 +76,10 @@ fn a_background_volume_yields_to_the_foreground_and_fills_idle_time() {
     // A second after the foreground stopped, the background has the device.
     assert!(*bg_seconds.last().unwrap() >= 3600, "{bg_seconds:?}");
     assert!(volume_stats(&d, "bg")["background_held"].as_u64().unwrap() > 0);
+    // Its pressure is its class's: held back about the 3 s the foreground ran.
+    let held_s = volume_stats(&d, "bg")["class_wait_us"].as_u64().unwrap() as f64 / 1e6;
+    assert!((2.0..=5.0).contains(&held_s), "bg held {held_s} s");
+    assert_eq!(volume_stats(&d, "fg")["class_wait_us"], 0);
 }
 
 /// Class and reservation changed over REST while both volumes are backlogged: a

@@ -8,6 +8,7 @@ mod client;
 mod cloud_hypervisor;
 mod control;
 mod crash_recovery;
+mod ctl_top;
 mod daemon;
 mod data_path;
 mod deploy;
