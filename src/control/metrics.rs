@@ -205,6 +205,17 @@ const VOLUME_FAMILIES: &[(&str, &str, Read)] = &[
     ),
 ];
 
+/// One series per volume of what `metric` makes of it.
+fn series<M>(
+    volumes: &[VolumeStatsView],
+    metric: impl Fn(&VolumeStatsView) -> M,
+) -> Vec<(Labels, M)> {
+    volumes
+        .iter()
+        .map(|v| (volume_labels(v), metric(v)))
+        .collect()
+}
+
 /// Every per-volume family but the latency histogram.
 fn encode_volume_series(
     volumes: &[VolumeStatsView],
@@ -259,36 +270,31 @@ fn encode_volume_series(
     )?;
     for (name, help, read) in VOLUME_FAMILIES {
         let name = format!("{p}{name}");
-        let labelled = |v: &VolumeStatsView| volume_labels(v);
         match read {
-            Read::Count(f) => {
-                let s: Vec<_> = volumes
-                    .iter()
-                    .map(|v| (labelled(v), ConstCounter::new(f(v))))
-                    .collect();
-                family(enc, &name, help, &s)?
-            }
-            Read::Seconds(f) => {
-                let s: Vec<_> = volumes
-                    .iter()
-                    .map(|v| (labelled(v), ConstCounter::new(f(v))))
-                    .collect();
-                family(enc, &name, help, &s)?
-            }
-            Read::Level(f) => {
-                let s: Vec<_> = volumes
-                    .iter()
-                    .map(|v| (labelled(v), ConstGauge::new(f(v))))
-                    .collect();
-                family(enc, &name, help, &s)?
-            }
-            Read::Share(f) => {
-                let s: Vec<_> = volumes
-                    .iter()
-                    .map(|v| (labelled(v), ConstGauge::new(f(v))))
-                    .collect();
-                family(enc, &name, help, &s)?
-            }
+            Read::Count(f) => family(
+                enc,
+                &name,
+                help,
+                &series(volumes, |v| ConstCounter::new(f(v))),
+            )?,
+            Read::Seconds(f) => family(
+                enc,
+                &name,
+                help,
+                &series(volumes, |v| ConstCounter::new(f(v))),
+            )?,
+            Read::Level(f) => family(
+                enc,
+                &name,
+                help,
+                &series(volumes, |v| ConstGauge::new(f(v))),
+            )?,
+            Read::Share(f) => family(
+                enc,
+                &name,
+                help,
+                &series(volumes, |v| ConstGauge::new(f(v))),
+            )?,
         }
     }
     Ok(())

@@ -323,3 +323,15 @@ pub fn ctl(d: &DaemonProcess, args: &[&str]) -> String {
     assert!(out.status.success(), "ctl {args:?}: {stderr}");
     String::from_utf8(out.stdout).unwrap()
 }
+
+/// The address the daemon logged for its `[metrics] listen` listener.
+pub fn metrics_address(d: &DaemonProcess) -> String {
+    assert!(d.wait_for_log("metrics listening"), "{}", d.log_text());
+    let log = d.log_text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("metrics listening"))
+        .unwrap();
+    let at = line.find("address=").expect("address field") + "address=".len();
+    line[at..].split_whitespace().next().unwrap().to_owned()
+}

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::daemon::{config, volume, DaemonProcess};
+use crate::daemon::{config, metrics_address, volume, DaemonProcess};
 
 fn deploy(file: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -176,6 +176,10 @@ impl Prometheus {
         write!(s, "GET {path} HTTP/1.0\r\nHost: p\r\n\r\n").ok()?;
         let mut text = String::new();
         s.read_to_string(&mut text).ok()?;
+        // Until its storage is ready the server answers 503: not up yet.
+        if !text.starts_with("HTTP/1.0 200") && !text.starts_with("HTTP/1.1 200") {
+            return None;
+        }
         let body = text.split("\r\n\r\n").nth(1)?;
         let v: serde_json::Value =
             serde_json::from_str(body).unwrap_or_else(|e| panic!("{path}: {e}: {text}"));
@@ -242,14 +246,7 @@ fn prometheus_scrapes_the_daemon_and_every_dashboard_query_has_series() {
             )
         ),
     ));
-    assert!(d.wait_for_log("metrics listening"), "{}", d.log_text());
-    let log = d.log_text();
-    let line = log
-        .lines()
-        .find(|l| l.contains("metrics listening"))
-        .unwrap();
-    let at = line.find("address=").unwrap() + "address=".len();
-    let target = line[at..].split_whitespace().next().unwrap().to_owned();
+    let target = metrics_address(&d);
     let prom = Prometheus::scraping(&target);
     prom.wait_for("up{job=\"vhost-iocost\"} == 1");
     let load = {

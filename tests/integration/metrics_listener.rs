@@ -5,7 +5,7 @@ use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
-use crate::daemon::{config, control_call, volume, DaemonProcess};
+use crate::daemon::{config, control_call, metrics_address, volume, DaemonProcess};
 
 /// One HTTP/1.1 request on `stream`; returns the status and the whole response text.
 fn http(mut stream: impl Read + Write, method: &str, path: &str) -> (u16, String) {
@@ -29,18 +29,6 @@ fn families(text: &str) -> Vec<&str> {
     text.lines().filter(|l| l.starts_with("# TYPE ")).collect()
 }
 
-/// The address the daemon logged for its metrics listener.
-fn logged_address(d: &DaemonProcess) -> String {
-    assert!(d.wait_for_log("metrics listening"), "{}", d.log_text());
-    let log = d.log_text();
-    let line = log
-        .lines()
-        .find(|l| l.contains("metrics listening"))
-        .unwrap();
-    let at = line.find("address=").expect("address field") + "address=".len();
-    line[at..].split_whitespace().next().unwrap().to_owned()
-}
-
 fn daemon_with_metrics(listen: &str) -> DaemonProcess {
     DaemonProcess::start(&config(
         "",
@@ -54,7 +42,7 @@ fn daemon_with_metrics(listen: &str) -> DaemonProcess {
 #[test]
 fn prometheus_scrapes_over_tcp_and_nothing_else_is_served() {
     let d = daemon_with_metrics("127.0.0.1:0");
-    let addr = logged_address(&d);
+    let addr = metrics_address(&d);
     let connect = || std::net::TcpStream::connect(&addr).unwrap();
 
     let (status, text) = http(connect(), "GET", "/metrics");
@@ -102,7 +90,7 @@ fn a_unix_metrics_socket_is_group_readable_and_removed_at_stop() {
             volume("v1", 0, 16, "")
         ),
     ));
-    assert_eq!(logged_address(&d), path.display().to_string());
+    assert_eq!(metrics_address(&d), path.display().to_string());
     let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o660);
     let (status, text) = http(
