@@ -15,9 +15,7 @@
 //! and the tenants' own queue depths share the device.
 
 use super::lat_stat::LatStat;
-
-/// How long one window that met the aim keeps the target attainable.
-pub const ATTAINED_MEMORY_NS: u64 = 5_000_000_000;
+pub use super::tunables::ATTAINED_MEMORY_NS;
 
 /// When everyone's latency last met the aim.
 #[derive(Clone, Copy, Debug, Default)]

@@ -27,12 +27,8 @@
 
 use super::lat_stat::{clearly_met, LatStat, UNBUSY_THR_PCT};
 use super::latency_floor::LatencyTrend;
+pub use super::tunables::{AIM_PCT, BUSY_LEVEL_MAX, RQ_WAIT_BUSY_PCT};
 use crate::vtime::MILLION;
-
-/// rq-wait above this percentage of the period means saturated.
-pub const RQ_WAIT_BUSY_PCT: u32 = 5;
-/// busy_level bound.
-pub const BUSY_LEVEL_MAX: i32 = 1000;
 
 /// What the classification loop found.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -45,9 +41,6 @@ pub(crate) struct Demand {
     /// A foreground (not background) volume is short.
     pub foreground_short: bool,
 }
-
-/// The controller aims at this share of the misses a target allows.
-pub const AIM_PCT: u64 = 40;
 
 /// The misses the controller aims at, `[read, write]` ppm, for the misses the targets
 /// allow (`ppm_thr` = `[1e6 − rppm, 1e6 − wppm]`; 1e6 = no target).

@@ -5,10 +5,8 @@
 //! differences since its last run and turns them into the two saturation signals:
 //! missed-latency ppm per direction and rq-wait as a percentage of the period.
 
+pub use super::tunables::{GROSS_MISS_FACTOR, MAX_WINDOW_PERIODS, UNBUSY_THR_PCT, WINDOW_MISSES};
 use crate::vtime::{cdiv, MILLION};
-
-/// A direction's mean latency at least this many times its target is a gross miss.
-pub const GROSS_MISS_FACTOR: u64 = 4;
 
 /// A mean latency of `mean_us` against a target of `target_us` (µs) is a gross miss: not
 /// a percentile grazing its threshold but a device queue many requests deep.
@@ -82,9 +80,6 @@ impl LatStat {
     }
 }
 
-/// "Clearly not busy" = below this percentage of every threshold.
-pub const UNBUSY_THR_PCT: u32 = 75;
-
 /// Misses below 75 % of the allowed share, or no target at all (`thr` = 1e6). Deviation:
 /// the kernel also compares a direction without a percentile (1e6 allowed) against
 /// 75 %, so writes over a write latency that is no target (calibrated defaults: `wpct
@@ -93,13 +88,6 @@ pub(crate) fn clearly_met(missed_ppm: u32, thr: u32) -> bool {
     u64::from(thr) >= MILLION
         || u64::from(missed_ppm) <= u64::from(thr) * u64::from(UNBUSY_THR_PCT) / 100
 }
-
-/// Completions to judge a percentile by: enough that two of them may miss at the share
-/// the controller aims at (50 for a p90 target, 100 for p95; [`super::busy::aim`]), so
-/// one unlucky request is not taken for the percentile.
-pub const WINDOW_MISSES: u64 = 2;
-/// A window is judged after at most this many periods, however few completions it holds.
-pub const MAX_WINDOW_PERIODS: u32 = 16;
 
 /// The raw latency counters of one period, or of a window of periods added together.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

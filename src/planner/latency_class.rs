@@ -42,31 +42,10 @@ use crate::qos::shared::{DeviceShared, DeviceState};
 use crate::qos::tree::NodeId;
 
 use super::books::NodeBook;
-
-/// A window closes after this long even with fewer completions than the percentile needs.
-pub const WINDOW_MAX_NS: u64 = 1_000_000_000;
-/// The largest boost.
-pub const BOOST_MAX: f64 = 100.0;
-/// The largest step of the boost in one window.
-pub const STEP_MAX: f64 = 4.0;
-/// Met with margin: at most this share of the target, percent.
-pub const MARGIN_PCT: u64 = 75;
-/// Windows met with margin before the boost falls.
-pub const MET_WINDOWS: u32 = 3;
-
-/// A device miss sets the ceiling this far below the window's highest vrate, percent.
-pub const CEILING_BACKOFF_PCT: u64 = 3;
-/// The step of the ceiling after its hold while below the vrate that last missed, per
-/// mille; above it the step doubles with every window met with margin, up to
-/// [`CEILING_STEP_MAX_PERMILLE`].
-pub const CEILING_STEP_PERMILLE: u64 = 5;
-/// The largest step of the ceiling, per mille.
-pub const CEILING_STEP_MAX_PERMILLE: u64 = 80;
-/// Windows met with margin before the ceiling rises after the first miss; each further
-/// miss doubles it, up to [`CEILING_HOLD_MAX`].
-pub const CEILING_HOLD: u32 = 4;
-/// The longest hold, windows.
-pub const CEILING_HOLD_MAX: u32 = 64;
+pub use super::tunables::{
+    BOOST_MAX, CEILING_BACKOFF_PCT, CEILING_HOLD, CEILING_HOLD_MAX, CEILING_STEP_MAX_PERMILLE,
+    CEILING_STEP_PERMILLE, MARGIN_PCT, MET_WINDOWS, PEAK_SPAN_NS, STEP_MAX, WINDOW_MAX_NS,
+};
 
 /// What the latency class found.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -107,10 +86,6 @@ pub(crate) struct Ceiling {
     /// bounds change what a vrate means.
     cfg: usize,
 }
-
-/// How far back a missed window's highest vrate is looked for: the longest window and a
-/// period's slack.
-pub const PEAK_SPAN_NS: u64 = WINDOW_MAX_NS + WINDOW_MAX_NS / 5;
 
 impl Ceiling {
     /// After [`steer`] in each period, with the base vrate of the period that ended and

@@ -34,16 +34,8 @@
 //! there the rule is nearly "115 % of the lowest mean".
 
 use super::lat_stat::is_gross;
+pub use super::tunables::{FLOOR_WINDOW_NS, MEDIAN_PERIODS, NOISE_MARGIN_SE, QUEUE_RISING_PCT};
 use crate::vtime::MILLION;
-
-/// Above this percentage of the floor (and the noise margin), latency is rising.
-pub const QUEUE_RISING_PCT: u64 = 115;
-/// The noise margin, in standard errors of the period's mean.
-pub const NOISE_MARGIN_SE: u64 = 3;
-/// The floor follows the median of this many recent periods, not single periods.
-pub const MEDIAN_PERIODS: usize = 5;
-/// A floor not lowered for this long is replaced by the current median.
-pub const FLOOR_WINDOW_NS: u64 = 10_000_000_000;
 
 /// What the mean latency says about the device queue, worst direction first.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]

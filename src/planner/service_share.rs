@@ -1,12 +1,6 @@
 //! A volume's recent share of the device's service against the share it is entitled to,
 //! averaged over periods, and the test of whether it is served short ([`super::victims`]).
-
-/// The service share and completion count are averaged over about this many periods.
-pub const SMOOTHING: f64 = 64.0;
-/// A deficit smaller than this fraction of the entitled share is no victim's.
-pub const MIN_DEFICIT: f64 = 0.01;
-/// A deficit this large needs no more samples.
-pub const OBVIOUS_DEFICIT: f64 = 0.5;
+pub use super::tunables::{MIN_DEFICIT, OBVIOUS_DEFICIT, SMOOTHING};
 
 /// A volume's recent share of the foreground's service, the share it was entitled to
 /// over the same periods, and its completions per period. The entitled share is

@@ -27,20 +27,8 @@ use crate::qos::shared::{DeviceShared, DeviceState};
 
 use super::books::NodeBook;
 use super::service_share::Service;
+pub use super::tunables::{DEFICIT_SE, DEFICIT_SE_PER_DOUBLING, FRESH_AFTER_IDLE_NS};
 use super::PeriodCtx;
-
-/// A volume back from a pause longer than this starts its average afresh; one that
-/// paused for less (its client did not get the CPU for a few periods) keeps it.
-pub const FRESH_AFTER_IDLE_NS: u64 = 1_000_000_000;
-/// Beside one other volume, a deficit must exceed this many relative standard errors of
-/// the share (binomial: √((1 − share) / n) for n completions).
-pub const DEFICIT_SE: f64 = 2.0;
-/// ... and this many more per doubling of the foreground volumes beyond two. Every
-/// volume is tested every period, so with many of them some drift past any fixed bound
-/// by chance (a Bonferroni-style correction): with two standard errors, 32 equal QD4
-/// readers on this machine's disk always had a "victim" and got 0.66 × QoS off; with
-/// three, 1.09 ×.
-pub const DEFICIT_SE_PER_DOUBLING: f64 = 0.25;
 
 /// The standard errors a deficit must exceed among `nr_foreground` volumes.
 fn deficit_se(nr_foreground: usize) -> f64 {

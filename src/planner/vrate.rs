@@ -32,18 +32,11 @@
 //! the planner discarded out again, within 0.5×..2× of the base; this daemon does not,
 //! design §5.8.)
 
+pub use super::tunables::{
+    GROSS_STREAK, VRATE_CLAMP_ADJ_PCT, VRATE_MAX_ADJ_PCT, VRATE_MISS_ADJ_PCT,
+};
 use crate::qos::shared::{DeviceShared, DeviceState};
 use crate::vtime::cdiv;
-
-/// Largest step, percent per period: taken at once after [`GROSS_STREAK`] gross misses.
-pub const VRATE_MAX_ADJ_PCT: u64 = 16;
-/// Smallest step down for a busy window, percent.
-pub const VRATE_MISS_ADJ_PCT: u64 = 4;
-/// Consecutive periods of gross misses that take the largest step down.
-pub const GROSS_STREAK: u32 = 2;
-
-/// Step when vrate is outside its bounds, percent per period.
-pub const VRATE_CLAMP_ADJ_PCT: u64 = 4;
 
 /// Adjustment percentage for a |busy_level| (design §5.7).
 pub fn vrate_adj_pct(abs_busy_level: u32) -> u64 {
