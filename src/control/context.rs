@@ -57,6 +57,12 @@ pub struct Control {
     pub(super) calibrated: Option<Calibration>,
 }
 
+/// The QoS core's parent for a group name as the API and the state file give it:
+/// `root` is the top level (None).
+pub(super) fn parent_of(group: &str) -> Option<&str> {
+    Some(group).filter(|g| *g != ROOT_GROUP)
+}
+
 /// A QoS validation message, `caps.burst_iops: ...`, as a 400 naming that key (or
 /// `whole` when the message names none).
 pub(super) fn key_error(message: String, whole: &str) -> ApiError {
@@ -238,10 +244,7 @@ impl Control {
             }
         }
         for (name, o) in &st.volumes {
-            let group = o
-                .group
-                .as_deref()
-                .map(|g| Some(g).filter(|g| *g != ROOT_GROUP));
+            let group = o.group.as_deref().map(parent_of);
             self.qos
                 .update_volume(name, o.weight, group)
                 .map_err(in_state_file)?;

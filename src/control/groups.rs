@@ -3,7 +3,7 @@
 //! recorded in the state file before it is applied.
 
 use super::api::*;
-use super::context::{check_caps, check_reserve, check_weight, Control};
+use super::context::{check_caps, check_reserve, check_weight, parent_of, Control};
 use super::error::ApiError;
 use super::state::RuntimeState;
 use crate::config::ROOT_GROUP;
@@ -150,7 +150,7 @@ impl Control {
                         .map_err(ApiError::from_qos)?;
                 }
                 if let Some(parent) = &patch.parent {
-                    let parent = Some(parent.as_str()).filter(|p| *p != ROOT_GROUP);
+                    let parent = parent_of(parent);
                     self.qos
                         .move_group(name, parent)
                         .map_err(|e| ApiError::field("parent", e))?;

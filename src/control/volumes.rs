@@ -7,7 +7,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
 use super::api::*;
-use super::context::{check_caps, check_reserve, check_weight, key_error, Control, VolumeHandle};
+use super::context::{
+    check_caps, check_reserve, check_weight, key_error, parent_of, Control, VolumeHandle,
+};
 use super::error::ApiError;
 use super::filter::VolumeFilter;
 use super::state::RuntimeState;
@@ -167,10 +169,7 @@ impl Control {
                         .map_err(|e| ApiError::body(e.to_string()))?;
                 }
                 if moves {
-                    let group = patch
-                        .group
-                        .as_deref()
-                        .map(|g| Some(g).filter(|g| *g != ROOT_GROUP));
+                    let group = patch.group.as_deref().map(parent_of);
                     self.qos
                         .update_volume(name, patch.weight, group)
                         .map_err(|e| ApiError::body(e.to_string()))?;

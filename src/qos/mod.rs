@@ -101,6 +101,7 @@ pub(crate) mod tree;
 pub(crate) mod vclock;
 pub(crate) mod volume;
 pub(crate) mod volume_core;
+pub(crate) mod volume_stats;
 pub(crate) mod weights;
 
 pub use crate::cost_model::{CostModel, IoKind};
