@@ -99,6 +99,7 @@ impl Calibration {
         if q.rlat.is_none() {
             q.rpct = self.rpct;
             q.rlat = Some(self.rlat);
+            q.rlat_derived = true;
         }
         if q.wlat.is_none() {
             without_write_signal(&mut q);

@@ -55,6 +55,11 @@ pub struct QosConfig {
     /// Whose latency misses lower vrate; see [`Protect`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub protect: Option<Protect>,
+    /// `rlat` was filled in by calibration, not given: a latency target declared by a
+    /// latency-class volume or group replaces it ([`super::QosParams::derive`]). Never in a
+    /// file.
+    #[serde(skip)]
+    pub rlat_derived: bool,
 }
 
 /// Whose latency misses lower vrate (design §5.10).
@@ -71,6 +76,12 @@ pub enum Protect {
 }
 
 impl QosConfig {
+    /// Whether the read target is the operator's own: given, and not filled in by
+    /// calibration.
+    pub fn rlat_given(&self) -> bool {
+        self.rlat.is_some() && !self.rlat_derived
+    }
+
     /// The `protect` in force: as given, else `Underserved` when neither latency target
     /// is given (derived targets), else `All`.
     pub fn protect(&self) -> Protect {
@@ -94,6 +105,7 @@ impl Default for QosConfig {
             min: 25.0,
             max: 400.0,
             protect: None,
+            rlat_derived: false,
         }
     }
 }

@@ -194,6 +194,7 @@ impl QosDevice {
         st.tree.weights_updated = true;
         st.tree.commit_weights(&self.shared.hweight_gen);
         self.shared.apply_reservations(&st);
+        self.refresh_declared_target(&mut st);
         Ok(())
     }
 
@@ -270,6 +271,7 @@ impl QosDevice {
         st.tree.remove(id);
         st.refresh_group_reserves();
         self.shared.apply_reservations(&st);
+        self.refresh_declared_target(&mut st);
         Ok(())
     }
     /// The state the planner steers (`planner::Planner`).
@@ -308,7 +310,7 @@ impl QosDevice {
         let mut st = self.shared.lock();
         Self::check_all_reservations(&st, &*self.shared.cfg().model, qos.min)?;
         let model_lat = self.shared.cfg().model.default_latency_us();
-        let params = QosParams::from_config(qos, model_lat);
+        let params = QosParams::derive(qos, model_lat, st.tree.declared_latency_target());
         let model = Arc::clone(&self.shared.cfg().model);
         self.publish(&mut st, params, model, qos.clone());
         Ok(())
@@ -327,7 +329,8 @@ impl QosDevice {
         let mut st = self.shared.lock();
         let qos = self.shared.cfg().qos.clone();
         Self::check_all_reservations(&st, &*model, qos.min)?;
-        let params = QosParams::from_config(&qos, model.default_latency_us());
+        let declared = st.tree.declared_latency_target();
+        let params = QosParams::derive(&qos, model.default_latency_us(), declared);
         self.publish(&mut st, params, Arc::from(model), qos);
         self.shared.apply_reservations(&st);
         Ok(())
@@ -348,6 +351,18 @@ impl QosDevice {
         match largest {
             Some(id) => st.check_reservations(model, min_pct, id),
             None => Ok(()),
+        }
+    }
+
+    /// Re-derive the parameters after a latency-class target was declared, changed or
+    /// withdrawn ([`QosParams::derive`]); publishes only what changed (device lock held).
+    pub(super) fn refresh_declared_target(&self, st: &mut DeviceState) {
+        let cfg = self.shared.cfg();
+        let declared = st.tree.declared_latency_target();
+        let params = QosParams::derive(&cfg.qos, cfg.model.default_latency_us(), declared);
+        if params != cfg.params {
+            let (model, qos) = (Arc::clone(&cfg.model), cfg.qos.clone());
+            self.publish(st, params, model, qos);
         }
     }
 

@@ -222,6 +222,7 @@ impl QosDevice {
                 st.refresh_latency_group(v, now_ns);
             }
         }
+        self.refresh_declared_target(&mut st);
         let background = class.is_background();
         if st.tree.nodes[id].background == background {
             return Ok(());
@@ -347,6 +348,7 @@ impl QosDevice {
                 self.change_class_locked(&mut st, id, &core, class.is_background());
             }
         }
+        self.refresh_declared_target(&mut st);
         Ok(())
     }
 

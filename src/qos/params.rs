@@ -17,6 +17,7 @@
 
 use crate::vtime::{cdiv, MILLION, VTIME_PER_USEC};
 
+use super::class::LatencyTarget;
 use super::config::{Protect, QosConfig};
 
 /// Shortest planning period, µs.
@@ -122,6 +123,29 @@ impl QosParams {
             timer_slack_ns: period_us * 1000 * TIMER_SLACK_PCT / 100,
             protect: cfg.protect(),
         }
+    }
+
+    /// [`Self::from_config`], with the tightest target a latency-class volume or group
+    /// declares (`declared`) as the read target when the operator gave none (`rlat`
+    /// absent or calibrated) and reads give a signal (`rpct` > 0). A calibrated target
+    /// is the device's own latency under load, usually far tighter than what any tenant
+    /// needs: held to it, vrate throttles a writer for latency nobody asked for. A
+    /// declared target is what the device must deliver for that volume's target to be
+    /// possible at all.
+    pub fn derive(
+        cfg: &QosConfig,
+        default_lat_us: u32,
+        declared: Option<LatencyTarget>,
+    ) -> QosParams {
+        let mut p = Self::from_config(cfg, default_lat_us);
+        let Some(t) = declared.filter(|_| !cfg.rlat_given() && p.rppm > 0) else {
+            return p;
+        };
+        p.rppm = pct_to_ppm(t.pct).min(MILLION) as u32;
+        p.rlat_us = u32::try_from(t.us).unwrap_or(u32::MAX).max(1);
+        p.period_us = period_us(p.rppm, p.rlat_us, p.wppm, p.wlat_us);
+        p.timer_slack_ns = p.period_us * 1000 * TIMER_SLACK_PCT / 100;
+        p
     }
 
     /// Lower vrate bound in vtime per µs.

@@ -461,6 +461,69 @@ fn a_latency_groups_volumes_feed_its_window() {
     assert!(feeds(&b) && feeds(&c));
 }
 
+/// A latency-class target replaces a read target calibration filled in, the tightest
+/// of them while several are declared, and the calibrated one comes back when the last
+/// is withdrawn; an operator's own read target, or reads without a signal, stay.
+#[test]
+fn declared_latency_targets_replace_a_calibrated_read_target() {
+    let calibrated = QosConfig {
+        rpct: 90.0,
+        rlat: Some(DurationUs(375)),
+        rlat_derived: true,
+        ..qos_10ms()
+    };
+    let (dev, _clock) = device(&calibrated);
+    dev.set_qos(&calibrated).unwrap();
+    let read_target = |dev: &QosDevice| (dev.params().rppm, dev.params().rlat_us);
+    assert_eq!(read_target(&dev), (900_000, 375));
+    dev.add_group("L", None, 100).unwrap();
+    dev.add_volume("a", None, 100).unwrap();
+    dev.add_volume("b", Some("L"), 100).unwrap();
+    let latency = |t: &str| ServiceChange {
+        class: Some(Class::Latency),
+        latency_target: Some(LatencyTarget::parse(t).unwrap()),
+        reserve: None,
+    };
+    dev.set_service("a", &latency("p99 2ms")).unwrap();
+    assert_eq!(read_target(&dev), (990_000, 2_000));
+    dev.set_group_class(
+        "L",
+        Some(Class::Latency),
+        LatencyTarget::parse("p95 1ms").ok(),
+    )
+    .unwrap();
+    assert_eq!(read_target(&dev), (950_000, 1_000), "the tightest");
+    dev.set_group_class("L", Some(Class::Normal), None).unwrap();
+    assert_eq!(read_target(&dev), (990_000, 2_000));
+    dev.remove_volume("a").unwrap();
+    assert_eq!(read_target(&dev), (900_000, 375), "calibrated again");
+    // The operator's own target, and reads without a signal, are not replaced.
+    for own in [
+        QosConfig {
+            rlat_derived: false,
+            ..calibrated.clone()
+        },
+        QosConfig {
+            rlat_derived: true,
+            rpct: 0.0,
+            ..calibrated.clone()
+        },
+    ] {
+        dev.set_qos(&own).unwrap();
+        let before = read_target(&dev);
+        dev.set_service("b", &latency("p99 2ms")).unwrap();
+        assert_eq!(read_target(&dev), before, "{own:?}");
+        dev.set_service(
+            "b",
+            &ServiceChange {
+                class: Some(Class::Normal),
+                ..ServiceChange::default()
+            },
+        )
+        .unwrap();
+    }
+}
+
 /// Removing an active volume gives its share to its siblings at once (design §4.6); its
 /// name is free again; a group is removed only once empty.
 #[test]

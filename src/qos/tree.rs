@@ -21,6 +21,7 @@ use std::sync::Arc;
 use crate::vtime::{cdiv_wide, vdiff, WEIGHT_ONE};
 
 use super::cap_meter::NodeCaps;
+use super::class::LatencyTarget;
 use super::volume_core::VolumeCore;
 use super::weights::{NodeWeights, WEIGHT_DEFAULT};
 
@@ -53,7 +54,7 @@ pub(crate) struct TreeNode {
     pub reserve: Option<super::reserve::ReserveConfig>,
     /// Class `latency` (design §15), with its target.
     pub latency: bool,
-    pub latency_target: Option<super::class::LatencyTarget>,
+    pub latency_target: Option<LatencyTarget>,
     /// What the latency class multiplies the node's weight by (1 = no boost).
     pub boost: f64,
     /// A latency-class group's window: its volumes' completions since its target was
@@ -160,6 +161,16 @@ impl Tree {
         self.nodes.push(node);
         self.by_name.insert(name.to_owned(), id);
         id
+    }
+
+    /// The tightest latency target a latency-class volume or group declares: the
+    /// smallest latency, and of equal ones the highest percentile.
+    pub(crate) fn declared_latency_target(&self) -> Option<LatencyTarget> {
+        self.nodes
+            .iter()
+            .filter(|n| !n.removed && n.latency)
+            .filter_map(|n| n.latency_target)
+            .min_by(|a, b| a.us.cmp(&b.us).then(b.pct.total_cmp(&a.pct)))
     }
 
     /// Children of `id` that are not removed.

@@ -12,7 +12,7 @@ use vhost_iocost::control::client;
 use vhost_iocost::loadgen;
 
 use crate::daemon::{config, control_get, volume, volume_stats, DaemonProcess, SLOW_MODEL};
-use crate::devices::{reader, DEFAULTS};
+use crate::devices::{reader, DEFAULTS, SLOW_DEVICE};
 
 fn patch(d: &DaemonProcess, body: serde_json::Value) -> client::Response {
     client::request(
@@ -174,6 +174,41 @@ fn class_and_reserve_changed_over_rest_apply_under_load() {
     assert!(xs[1] as f64 >= 0.95 * 2800.0, "{xs:?}");
     // The last seconds (y background): x has ≥ 90 % of the device.
     assert!(*xs.last().unwrap() as f64 >= 0.9 * 4000.0, "{xs:?} {ys:?}");
+}
+
+/// On the defaults (a calibrated read target), a volume declaring a latency target makes
+/// that target the device-wide read target while it is declared, and the calibrated one
+/// comes back when it is withdrawn; an operator's own `rlat` stays whatever is declared.
+#[test]
+fn a_declared_latency_target_replaces_the_calibrated_read_target() {
+    let lat = "class = \"latency\"\nlatency_target = \"p99 1ms\"";
+    let read_target = |d: &DaemonProcess| {
+        let e = &control_get(d, "/v1/device")["effective"];
+        (e["rpct"].as_f64().unwrap(), e["rlat_us"].as_u64().unwrap())
+    };
+    let volumes = volume("x", 0, 16, lat) + &volume("y", 16, 16, "");
+    let d = DaemonProcess::start(&config(&format!("{SLOW_DEVICE}{DEFAULTS}"), &volumes));
+    assert_eq!(read_target(&d), (99.0, 1000), "declared");
+    let r = patch(&d, json!({"class": "normal"}));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let (pct, calibrated_us) = read_target(&d);
+    assert_eq!(pct, 90.0, "calibrated");
+    assert_ne!(calibrated_us, 1000);
+    let r = patch(
+        &d,
+        json!({"class": "latency", "latency_target": "p99 700us"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        read_target(&d),
+        (99.0, 700),
+        "declared again, the new target"
+    );
+    drop(d);
+
+    let own = format!("{SLOW_DEVICE}{DEFAULTS}[device.qos]\nrpct = 95.0\nrlat = \"3ms\"\n");
+    let d = DaemonProcess::start(&config(&own, &volumes));
+    assert_eq!(read_target(&d), (95.0, 3000), "the operator's own target");
 }
 
 /// A latency-class reader (500 reads per second, weight 10, target p99 20 ms) beside a
