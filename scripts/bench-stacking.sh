@@ -24,8 +24,8 @@
 #   (a cap giving the writer as much as `defaults` did).
 #
 # DEVICE=emulated (default): the daemon's emulated device (a slow SSD: 20k random reads/s,
-#   200 MB/s of writes, 4 channels); the cap is the load generator pacing the writer (a
-#   perfect token bucket, the best a static cap can do).
+#   200 MB/s of writes, 4 channels), its backing file in /dev/shm; the cap is the load
+#   generator pacing the writer (a perfect token bucket, the best a static cap can do).
 # DEVICE=file: this machine's disk through a filled file; the cap is qemu-storage-daemon
 #   serving the same byte ranges of the same file, the writer behind a throttle group
 #   (`limits.bps-write`, QEMU's default burst).
@@ -49,7 +49,12 @@ if [ -n "${ON:-}${OFF:-}" ]; then duty=",on=${ON:?ON and OFF go together},off=${
 
 case $device in
 emulated)
-    device_section=$(emulated_device 1GiB) ;;
+    # The emulated device's backing file in memory: on the host's disk, writeback of the
+    # writer's dirty pages stalls the daemon for a second now and then, the host disk's
+    # noise leaking into the device under test.
+    shm=$(mktemp -d /dev/shm/vhost-iocost-stacking.XXXXXX)
+    trap 'cleanup; rm -rf "$shm"' EXIT
+    device_section=$(emulated_device 1GiB | sed "s|path = \"disk.img\"|path = \"$shm/disk.img\"|") ;;
 file)
     echo "filling $work/disk.img (1 GiB)"
     fill_file "$work/disk.img" 1G

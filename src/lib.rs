@@ -23,6 +23,8 @@
 //! - [`loadgen`]: `vhost-iocost bench`, a multi-tenant load generator over vhost-user.
 //! - [`config`]: the TOML configuration and its validation.
 //! - [`control`]: the REST control plane, metrics, persistence and the `ctl` client.
+//! - [`libvirt_hook`]: `vhost-iocost libvirt-hook`, QoS declared in a libvirt domain,
+//!   applied while it runs (a client of the control plane).
 //! - [`daemon`]: assembly of the daemon (disk, QoS tree, listeners, planner thread).
 //! - [`volume_set`]: the volumes served, added and removed at run time.
 //! - [`vtime`]: the QoS core's units (vtime, weights) and integer helpers.
@@ -50,6 +52,7 @@ pub(crate) mod duration;
 pub mod emulated;
 pub(crate) mod fd_limit;
 pub mod instance_lock;
+pub mod libvirt_hook;
 pub mod loadgen;
 pub mod lock;
 pub mod logging;

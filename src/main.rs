@@ -67,6 +67,10 @@ enum Command {
     Profile(vhost_iocost::profile::cli::ProfileArgs),
     /// Sweep a pinned vrate with a protected tenant and an aggressor; suggest min/max.
     Tune(vhost_iocost::tune::TuneArgs),
+    /// libvirt's qemu hook: apply the QoS a domain declares (its <metadata> and the
+    /// <iotune> of its vhostuser disks) when it starts, and return those volumes to their
+    /// configured settings when it stops.
+    LibvirtHook(vhost_iocost::libvirt_hook::HookArgs),
     /// Validate a config and print the resolved layout; changes nothing on disk.
     Check {
         /// The TOML configuration to check.
@@ -88,6 +92,7 @@ fn main() -> ExitCode {
             .map_err(|e| e.into()),
         Command::Bench(args) => vhost_iocost::loadgen::cli(&args),
         Command::Ctl(args) => vhost_iocost::control::ctl::run(&args).map_err(|e| e.into()),
+        Command::LibvirtHook(args) => vhost_iocost::libvirt_hook::run(&args).map_err(|e| e.into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -99,27 +104,28 @@ fn main() -> ExitCode {
 }
 
 fn run(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
-    let config = Config::load(path)?;
+    let file_config = Config::load(path)?;
     // Before anything is touched: a second instance on the same disk stops here.
-    let _lock = vhost_iocost::instance_lock::InstanceLock::acquire(&config.device)?;
+    let _lock = vhost_iocost::instance_lock::InstanceLock::acquire(&file_config.device)?;
     // A state file the daemon cannot read stops it here, before any socket exists.
     let state_file = vhost_iocost::control::state::state_path(path);
     let state = vhost_iocost::control::state::RuntimeState::load(&state_file)?;
     // With the groups and volumes added and removed at run time.
-    let config = state.running_config(&config, &state_file)?;
+    let config = state.running_config(&file_config, &state_file)?;
     // Block the signals before any thread exists, so every thread inherits the mask and
     // only the main thread takes them.
     let signals = daemon::block_termination_signals();
     let calibration = vhost_iocost::control::calibrated::resolve(&config, path);
     let effective = vhost_iocost::control::calibrated::apply(&config, calibration.as_ref());
     let daemon = Daemon::start(&effective)?;
-    let control = match vhost_iocost::control::start(&config, path, &daemon, calibration) {
-        Ok(c) => c,
-        Err(e) => {
-            daemon.stop();
-            return Err(e.into());
-        }
-    };
+    let control =
+        match vhost_iocost::control::start(&config, &file_config, path, &daemon, calibration) {
+            Ok(c) => c,
+            Err(e) => {
+                daemon.stop();
+                return Err(e.into());
+            }
+        };
     tracing::info!(
         volumes = daemon.volumes.list().len(),
         qos = daemon.qos.enabled(),

@@ -196,6 +196,7 @@ pub struct VolumeView {
     pub latency_target: Sourced<Option<LatencyTarget>>,
     /// The volume's reservation (`{}`: none; a background volume then has a 1 % floor).
     pub reserve: Sourced<ReserveConfig>,
+    /// Absolute (a relative path in the config is the daemon's working directory's).
     pub socket: String,
     /// Where a second frontend attaches while the first is connected: the destination of
     /// a migration on this host (`<socket>.handover`).

@@ -134,6 +134,20 @@ fn dechunk(mut data: &[u8]) -> io::Result<Vec<u8>> {
     }
 }
 
+/// Percent-encode a name for a URL path segment.
+pub fn encode_segment(name: &str) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

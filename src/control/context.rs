@@ -55,6 +55,9 @@ pub struct Control {
     pub(super) started: Instant,
     /// The model measured at start-up, when the config gives none.
     pub(super) calibrated: Option<Calibration>,
+    /// Each config-file volume's group (None: the root), before any runtime move: what a
+    /// reset returns it to.
+    file_groups: HashMap<String, Option<String>>,
 }
 
 /// The QoS core's parent for a group name as the API and the state file give it:
@@ -103,6 +106,28 @@ impl Control {
             rates: Mutex::new(Rates::default()),
             started: Instant::now(),
             calibrated: None,
+            file_groups: HashMap::new(),
+        }
+    }
+
+    /// The config file as read, before the state file's changes: the volumes' groups as
+    /// configured.
+    pub fn with_file_config(mut self, file: &Config) -> Self {
+        self.file_groups = file
+            .volumes
+            .iter()
+            .map(|v| (v.name.clone(), v.group.clone()))
+            .collect();
+        self
+    }
+
+    /// A volume's group as configured, before any runtime move (None: the root): the
+    /// `POST` that added it, else the config file.
+    pub(super) fn configured_group(&self, name: &str) -> Option<String> {
+        let st = self.state.locked();
+        match st.added_volumes.iter().find(|v| v.name == name) {
+            Some(added) => added.group.clone(),
+            None => self.file_groups.get(name).cloned().flatten(),
         }
     }
 
@@ -264,7 +289,7 @@ impl Control {
             .map(|(name, o)| {
                 let change = ServiceChange {
                     class: o.class,
-                    latency_target: o.latency_target,
+                    latency_target: o.latency_target.map(Some),
                     reserve: o.reserve.map(Some),
                 };
                 (name.as_str(), change)

@@ -97,6 +97,13 @@ pub enum CtlCommand {
         #[arg(long)]
         target: Option<String>,
     },
+    /// Return a volume's weight, group, caps, class, latency target and reservation to
+    /// its configured settings (the config file, or the add-volume that added it),
+    /// forgetting their runtime changes, persistently. A grown size stays.
+    Reset {
+        /// Volume name.
+        name: String,
+    },
     /// Set the reservation of a volume or group, at runtime and persistently: KEY=VALUE
     /// pairs with the keys of `reserve` in the config (iops, bps, pct). No pairs removes it.
     SetReserve {
@@ -224,6 +231,7 @@ pub fn run(args: &CtlArgs) -> Result<(), String> {
             target,
         } => cmd::set_class(&api, json, name, class, target.as_deref()),
         CtlCommand::SetReserve { name, values } => cmd::set_reserve(&api, json, name, values),
+        CtlCommand::Reset { name } => cmd::reset(&api, json, name),
         CtlCommand::Qos(a) => cmd::qos(&api, json, a),
         CtlCommand::Stats => cmd::stats(&api, json),
         CtlCommand::Top { once, interval } => cmd::top(&api, *once, *interval, json),
@@ -258,6 +266,6 @@ mod tests {
             socket_path(&args(None, Some(cfg))).unwrap(),
             PathBuf::from("/run/x.sock")
         );
-        assert_eq!(cmd::encode_segment("a b/c"), "a%20b%2Fc");
+        assert_eq!(crate::control::client::encode_segment("a b/c"), "a%20b%2Fc");
     }
 }

@@ -1,11 +1,10 @@
 //! What each `ctl` command does: one function per command, over a small client of the
 //! control API ([`Api`]).
 
-use super::client::{self, Response};
+use super::client::{self, encode_segment, Response};
 use super::ctl::{AddVolumeArgs, QosArgs};
 use super::ctl_format::{format_groups, format_qos, format_stats, format_volumes};
 use serde_json::{json, Value};
-use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -71,19 +70,6 @@ fn print_json(v: &Value) -> Result<(), String> {
 
 fn decode<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, String> {
     serde_json::from_value(v).map_err(|e| format!("unexpected answer from the daemon: {e}"))
-}
-
-/// Percent-encode a name for a URL path segment.
-pub(super) fn encode_segment(name: &str) -> String {
-    let mut out = String::new();
-    for b in name.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(b as char);
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-    out
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -299,6 +285,18 @@ pub(super) fn remove_group(api: &Api, name: &str) -> Result<(), String> {
 pub(super) fn set_weight(api: &Api, json: bool, name: &str, weight: u32) -> Result<(), String> {
     let (kind, v) = api.patch_node(name, &json!({ "weight": weight }))?;
     show(v, json, |_| Ok(format!("{kind} {name}: weight {weight}\n")))
+}
+
+/// `ctl reset`.
+pub(super) fn reset(api: &Api, json: bool, name: &str) -> Result<(), String> {
+    let path = format!("/v1/volumes/{}/reset", encode_segment(name));
+    let v = api.ok("POST", &path, Some(&json!({})))?;
+    show(v, json, |v| {
+        Ok(format!(
+            "volume {name}: as configured (weight {}, group {}, class {})\n",
+            v["weight"]["value"], v["group"]["value"], v["class"]["value"]
+        ))
+    })
 }
 
 /// `ctl set-caps`.

@@ -81,6 +81,7 @@ pub fn routes() -> Routes {
         .add("GET", "/v1/volumes/{name}", get_volume)
         .add("PATCH", "/v1/volumes/{name}", patch_volume)
         .add("DELETE", "/v1/volumes/{name}", delete_volume)
+        .add("POST", "/v1/volumes/{name}/reset", reset_volume)
         .add("GET", "/v1/stats", get_stats)
         .add("GET", "/metrics", get_metrics)
 }
@@ -147,6 +148,11 @@ async fn get_volumes(State(c): Ctx) -> Response {
 
 async fn get_volume(State(c): Ctx, Path(name): Path<String>) -> Result<Response, ApiError> {
     Ok(Json(c.volume(&name)?).into_response())
+}
+
+async fn reset_volume(State(c): Ctx, Path(name): Path<String>) -> Result<Response, ApiError> {
+    let v = blocking(move || c.reset_volume(&name)).await?;
+    Ok(Json(v).into_response())
 }
 
 async fn patch_volume(

@@ -42,11 +42,14 @@ use crate::lock::Locked;
 use std::path::Path;
 use std::sync::Arc;
 
-/// Apply the runtime changes recorded beside `config_path` to the running `daemon`, and
+/// Apply the runtime changes recorded beside `config_path` to the running `daemon` (whose
+/// `config` is `file_config` with the state file's volumes and groups added, moved and
+/// removed), and
 /// start the REST server if `[control] socket` is set and the metrics listener if
 /// `[metrics] listen` is (None when neither). Errors name the socket or the state file.
 pub fn start(
     config: &Config,
+    file_config: &Config,
     config_path: &Path,
     daemon: &Daemon,
     calibration: Option<crate::calibration::Calibration>,
@@ -59,7 +62,8 @@ pub fn start(
             state::state_path(config_path),
             Some(daemon.planner.clone()),
         )
-        .with_calibration(calibration),
+        .with_calibration(calibration)
+        .with_file_config(file_config),
     );
     ctl.restore()?;
     let keeper = Arc::clone(&ctl);

@@ -12,10 +12,19 @@ use super::context::{
 };
 use super::error::ApiError;
 use super::filter::VolumeFilter;
-use super::state::RuntimeState;
+use super::state::{RuntimeState, VolumeOverride};
 use crate::config::ROOT_GROUP;
 use crate::lock::Locked;
 use crate::qos::ServiceChange;
+
+/// A path as the API shows it: absolute, a relative one taken from the daemon's working
+/// directory (as the daemon opened it), so that a client elsewhere can find the file.
+fn absolute(path: &std::path::Path) -> String {
+    std::path::absolute(path)
+        .unwrap_or_else(|_| path.to_owned())
+        .display()
+        .to_string()
+}
 
 impl Control {
     fn volume_view(&self, st: &RuntimeState, v: &VolumeHandle) -> VolumeView {
@@ -62,10 +71,8 @@ impl Control {
                 info.as_ref().and_then(|i| i.reserve).unwrap_or_default(),
                 o.is_some_and(|o| o.reserve.is_some()),
             ),
-            socket: v.socket.display().to_string(),
-            handover_socket: crate::socket_path::handover(&v.socket)
-                .display()
-                .to_string(),
+            socket: absolute(&v.socket),
+            handover_socket: absolute(&crate::socket_path::handover(&v.socket)),
             size: v.capacity(),
             path: cfg
                 .and_then(|c| c.path.as_ref())
@@ -128,7 +135,7 @@ impl Control {
         }
         let service = ServiceChange {
             class: patch.class,
-            latency_target: patch.latency_target,
+            latency_target: patch.latency_target.map(Some),
             reserve: patch.reserve.map(Some),
         };
         let moves = patch.weight.is_some() || patch.group.is_some();
@@ -185,6 +192,64 @@ impl Control {
             self.set_config(next);
         }
         tracing::info!(volume = %name, ?patch, "control: volume changed");
+        self.volume(name)
+    }
+
+    /// `POST /v1/volumes/{name}/reset`: the volume's weight, group, caps, class,
+    /// latency target and reservation as configured (in the config file, or by the `POST`
+    /// that added it), its runtime changes of them forgotten, in the state file too. A
+    /// size grown at run time stays: the guest has been told.
+    pub fn reset_volume(&self, name: &str) -> Result<VolumeView, ApiError> {
+        self.find_volume(name)?;
+        let _changing = self.begin_config_change();
+        let config = self.config();
+        let Some(cfg) = config.volumes.iter().find(|c| c.name == name) else {
+            return Err(ApiError::not_found(format!("no volume named {name:?}")));
+        };
+        let group = self.configured_group(name);
+        let service = ServiceChange {
+            class: Some(cfg.class),
+            latency_target: Some(cfg.latency_target),
+            reserve: Some(cfg.reserve),
+        };
+        self.commit(
+            |s| {
+                let size = s.volumes.get(name).and_then(|o| o.size);
+                match size {
+                    Some(size) => {
+                        s.volumes.insert(
+                            name.to_owned(),
+                            VolumeOverride {
+                                size: Some(size),
+                                ..VolumeOverride::default()
+                            },
+                        );
+                    }
+                    None => {
+                        s.volumes.remove(name);
+                    }
+                }
+            },
+            || {
+                let body = |e: crate::qos::QosError| ApiError::body(e.to_string());
+                self.qos
+                    .update_volume(name, Some(cfg.weight), Some(group.as_deref()))
+                    .map_err(body)?;
+                self.qos.set_caps(name, cfg.caps.as_ref()).map_err(body)?;
+                self.qos
+                    .set_op_caps(name, cfg.op_caps.as_ref())
+                    .map_err(body)?;
+                self.qos
+                    .set_service(name, &service)
+                    .map_err(ApiError::from_qos)
+            },
+        )?;
+        let mut next = (*config).clone();
+        if let Some(v) = next.volumes.iter_mut().find(|v| v.name == name) {
+            v.group = group;
+        }
+        self.set_config(next);
+        tracing::info!(volume = %name, "control: volume reset to its configured settings");
         self.volume(name)
     }
 

@@ -111,7 +111,7 @@ impl QosDevice {
         self.set_op_caps(name, p.op_caps.as_ref())?;
         let service = ServiceChange {
             class: Some(p.class),
-            latency_target: p.latency_target,
+            latency_target: p.latency_target.map(Some),
             reserve: Some(p.reserve),
         };
         self.set_service(name, &service)
@@ -290,7 +290,7 @@ impl QosDevice {
             };
             let node = &st.tree.nodes[id];
             let class = change.class.unwrap_or(node.class());
-            let target = change.latency_target.or(node.latency_target);
+            let target = change.latency_target.unwrap_or(node.latency_target);
             if class == Class::Latency && target.is_none() {
                 return Err(QosError::InvalidConfig(format!(
                     "latency_target: class \"latency\" of {name:?} needs a target, e.g. \"p99 2ms\""

@@ -6,12 +6,12 @@ use super::class::{Class, LatencyTarget};
 use super::reserve::ReserveConfig;
 
 /// A change of a volume's class, latency target and/or reservation, checked and applied
-/// together (`QosDevice::set_service`). `None` keeps a setting; a reservation of
-/// `Some(None)` removes it.
+/// together (`QosDevice::set_service`). `None` keeps a setting; a latency target or a
+/// reservation of `Some(None)` removes it.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct ServiceChange {
     pub class: Option<Class>,
-    pub latency_target: Option<LatencyTarget>,
+    pub latency_target: Option<Option<LatencyTarget>>,
     pub reserve: Option<Option<ReserveConfig>>,
 }
 

@@ -481,7 +481,7 @@ fn declared_latency_targets_replace_a_calibrated_read_target() {
     dev.add_volume("b", Some("L"), 100).unwrap();
     let latency = |t: &str| ServiceChange {
         class: Some(Class::Latency),
-        latency_target: Some(LatencyTarget::parse(t).unwrap()),
+        latency_target: Some(LatencyTarget::parse(t).ok()),
         reserve: None,
     };
     dev.set_service("a", &latency("p99 2ms")).unwrap();

@@ -24,6 +24,7 @@ mod hot_plug;
 mod huge_pages;
 mod learned_model;
 mod libvirt;
+mod libvirt_hook;
 mod malformed;
 mod metrics_listener;
 mod migration;
