@@ -30,6 +30,7 @@ mod metrics_listener;
 mod migration;
 mod operations;
 mod polling;
+mod pressure;
 mod profile;
 mod qmp;
 mod qos;
