@@ -14,7 +14,7 @@
 //! settles below the edge instead of on it. Simulated stacking scenario (four paced QD1
 //! readers beside a 1 MiB writer, p90 target): the target held in 91 % of the
 //! periods with the kernel's slow start both ways, in 97.5 % with this, at 2.4 % less
-//! writer throughput (`sim::tests::stacking_settles_with_the_read_target_met`). A window
+//! writer throughput (`sim::controller_tests::stacking_settles_with_the_read_target_met`). A window
 //! is only judged once it holds enough completions, so one unlucky request does not
 //! make it busy.
 //!

@@ -18,6 +18,10 @@ pub(crate) mod scenario;
 pub(crate) mod workload;
 
 #[cfg(test)]
+mod class_tests;
+#[cfg(test)]
+mod controller_tests;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod underserved_tests;

@@ -136,7 +136,7 @@ fn profiled_tables() -> String {
 /// `profile` suggests pasted into the config: without QoS the reader queues behind the
 /// writes; with it the reader keeps at least 60 % of its solo IOPS while the writer
 /// keeps at least half its solo bandwidth. The simulator checks the same scenario on the
-/// same device model (`sim::tests::a_qd1_reader_*`).
+/// same device model (`sim::controller_tests::a_qd1_reader_*`).
 #[test]
 fn a_qd1_reader_beside_a_large_writer_keeps_most_of_its_solo_iops() {
     let tables = profiled_tables();
