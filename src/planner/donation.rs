@@ -18,7 +18,7 @@
 //! never touched: their hweights rise because the sums above them shrink.
 
 use crate::qos::shared::DeviceState;
-use crate::qos::tree::{ROOT, W};
+use crate::qos::tree::{NodeId, Tree, ROOT, W};
 use crate::vtime::cdiv_wide;
 
 use super::books::NodeBook;
@@ -42,29 +42,61 @@ pub(crate) fn transfer_surpluses(st: &mut DeviceState, ps: &mut PlannerState, vn
     let tree = &mut st.tree;
     let bk = ps.books(tree.nodes.len());
 
-    // (0) Safety: if the targets add up to the whole device or more, shrink those that
-    // exceed their own share so that something is left for the non-donors.
+    shrink_targets(&donors, bk);
+    collect_inner(tree, &donors, bk, stamp, &mut inner);
+    aggregate_targets(tree, &donors, &inner, bk);
+    inner_budgets(tree, &inner, bk);
+    adjusted_sums(tree, &inner, bk);
+
+    // (6) The donors' new inuse weights.
+    for &d in &donors {
+        let Some(p) = tree.nodes[d].parent() else {
+            continue;
+        };
+        let (p_sum, p_bp) = (bk[p].child_adjusted_sum, bk[p].b_prime);
+        let inuse = cw(p_sum, u64::from(bk[d].hweight_after), p_bp).min(u64::from(u32::MAX)) as u32;
+        let active = tree.nodes[d].weights.active.load(Relaxed);
+        tree.propagate(d, active, inuse, Some(vnow));
+    }
+
+    ps.scratch.surpluses = donors;
+    ps.scratch.inner = inner;
+}
+
+/// (0) Safety: if the targets add up to the whole device or more, shrink those that
+/// exceed their own share so that something is left for the non-donors.
+fn shrink_targets(donors: &[NodeId], bk: &mut [NodeBook]) {
     let after_sum: u64 = donors.iter().map(|&d| u64::from(bk[d].hweight_after)).sum();
-    if after_sum >= W {
-        let over = |n: &NodeBook| n.hweight_after > n.hweight_donating;
-        let over_sum: u64 = donors
-            .iter()
-            .filter(|&&d| over(&bk[d]))
-            .map(|&d| u64::from(bk[d].hweight_after))
-            .sum();
-        let over_target = over_sum.saturating_sub(after_sum - (W - 1));
-        if over_target != 0 && over_sum != 0 {
-            for &d in &donors {
-                let n = &mut bk[d];
-                if over(n) {
-                    n.hweight_after = (u64::from(n.hweight_after) * over_target / over_sum) as u32;
-                }
+    if after_sum < W {
+        return;
+    }
+    let over = |n: &NodeBook| n.hweight_after > n.hweight_donating;
+    let over_sum: u64 = donors
+        .iter()
+        .filter(|&&d| over(&bk[d]))
+        .map(|&d| u64::from(bk[d].hweight_after))
+        .sum();
+    let over_target = over_sum.saturating_sub(after_sum - (W - 1));
+    if over_target != 0 && over_sum != 0 {
+        for &d in donors {
+            let n = &mut bk[d];
+            if over(n) {
+                n.hweight_after = (u64::from(n.hweight_after) * over_target / over_sum) as u32;
             }
         }
     }
+}
 
-    // (1) The inner nodes: all ancestors of donors, root included, parents first.
-    for &d in &donors {
+/// (1) The inner nodes: all ancestors of donors, root included, parents first, their
+/// sums reset.
+fn collect_inner(
+    tree: &Tree,
+    donors: &[NodeId],
+    bk: &mut [NodeBook],
+    stamp: u64,
+    inner: &mut Vec<NodeId>,
+) {
+    for &d in donors {
         let level = tree.nodes[d].level;
         for l in 0..level {
             let a = tree.nodes[d].ancestors[l];
@@ -79,9 +111,11 @@ pub(crate) fn transfer_surpluses(st: &mut DeviceState, ps: &mut PlannerState, vn
         }
     }
     inner.sort_by_key(|&n| tree.nodes[n].level);
+}
 
-    // (2) Aggregate t and t' bottom-up.
-    for &d in &donors {
+/// (2) Aggregate t and t' bottom-up.
+fn aggregate_targets(tree: &Tree, donors: &[NodeId], inner: &[NodeId], bk: &mut [NodeBook]) {
+    for &d in donors {
         let (t, tp) = (
             u64::from(bk[d].hweight_donating),
             u64::from(bk[d].hweight_after),
@@ -98,9 +132,11 @@ pub(crate) fn transfer_surpluses(st: &mut DeviceState, ps: &mut PlannerState, vn
             bk[p].t_prime += tp;
         }
     }
+}
 
-    // (3) Inner budgets b, with rounding guards on t and t'.
-    for &n in &inner {
+/// (3) Inner budgets b, with rounding guards on t and t'.
+fn inner_budgets(tree: &Tree, inner: &[NodeId], bk: &mut [NodeBook]) {
+    for &n in inner {
         let b = match tree.nodes[n].parent() {
             None => W,
             Some(p) => {
@@ -118,13 +154,14 @@ pub(crate) fn transfer_surpluses(st: &mut DeviceState, ps: &mut PlannerState, vn
         node.t = node.t.min(b);
         node.t_prime = node.t_prime.min(node.t.saturating_sub(1));
     }
+}
 
-    // (4) The global donation rate γ = (1 − t'_r) / (1 − t_r).
+/// (4) The global donation rate γ = (1 − t'_r) / (1 − t_r), then (5) the adjusted
+/// budgets b' and child-weight sums s', top-down.
+fn adjusted_sums(tree: &Tree, inner: &[NodeId], bk: &mut [NodeBook]) {
     let (rt, rtp) = (bk[ROOT].t, bk[ROOT].t_prime);
     let gamma = cw(W - rtp.min(W), W, W - rt.min(W - 1));
-
-    // (5) Adjusted budgets b' and child-weight sums s', top-down.
-    for &n in &inner {
+    for &n in inner {
         let weights = &tree.nodes[n].weights;
         let s = weights.child_active_sum.load(Relaxed);
         let Some(p) = tree.nodes[n].parent() else {
@@ -153,18 +190,4 @@ pub(crate) fn transfer_surpluses(st: &mut DeviceState, ps: &mut PlannerState, vn
                 s_t
             };
     }
-
-    // (6) The donors' new inuse weights.
-    for &d in &donors {
-        let Some(p) = tree.nodes[d].parent() else {
-            continue;
-        };
-        let (p_sum, p_bp) = (bk[p].child_adjusted_sum, bk[p].b_prime);
-        let inuse = cw(p_sum, u64::from(bk[d].hweight_after), p_bp).min(u64::from(u32::MAX)) as u32;
-        let active = tree.nodes[d].weights.active.load(Relaxed);
-        tree.propagate(d, active, inuse, Some(vnow));
-    }
-
-    ps.scratch.surpluses = donors;
-    ps.scratch.inner = inner;
 }
