@@ -102,23 +102,10 @@ pub fn bounds(points: &[Point], qos: &QosConfig) -> ((f64, f64), Option<String>)
     ((qos.min, qos.max), None)
 }
 
-pub fn run(args: &TuneArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let model = std::fs::read_to_string(&args.model)
-        .map_err(|e| format!("--model {}: {e}", args.model.display()))?;
-    let model_table = extract_table(&model, "device.model")
-        .ok_or_else(|| format!("--model {}: no [device.model] table", args.model.display()))?;
-    let suggested_table = extract_table(&model, "device.qos").ok_or_else(|| {
-        format!(
-            "--model {}: no [device.qos] table to check (the output of `vhost-iocost profile` has one)",
-            args.model.display()
-        )
-    })?;
-    let suggested_body = suggested_table
-        .split_once('\n')
-        .map_or("", |(_, body)| body)
-        .to_string();
-    let suggested: QosConfig = toml::from_str(&suggested_body)
-        .map_err(|e| format!("--model {}: [device.qos]: {e}", args.model.display()))?;
+type BoxError = Box<dyn std::error::Error>;
+
+pub fn run(args: &TuneArgs) -> Result<(), BoxError> {
+    let (model_table, suggested_body, suggested) = read_model(&args.model)?;
     let created = !args.path.exists();
     if !created && !args.destructive {
         return Err(format!(
@@ -171,90 +158,146 @@ pub fn run(args: &TuneArgs) -> Result<(), Box<dyn std::error::Error>> {
         iodepth: 8,
         ..protected.clone()
     };
-    let result = (|| -> Result<(), Box<dyn std::error::Error>> {
-        eprintln!("solo runs (QoS off) ...");
-        let solo = with_daemon(&work, &config("enable = false"), || {
-            Ok((
-                loadgen::run(std::slice::from_ref(&protected))?,
-                loadgen::run(std::slice::from_ref(&aggressor))?,
-            ))
-        })?;
-        let (solo_iops, solo_mib) = (solo.0[0].iops, solo.1[0].mib_per_s);
-        println!("solo: protected {solo_iops:.0} IOPS, aggressor {solo_mib:.0} MiB/s");
-        println!(
-            "{:>8} {:>14} {:>10} {:>16} {:>10}",
-            "vrate%", "protected IOPS", "% of solo", "aggressor MiB/s", "% of solo"
-        );
-        // One run of both tenants; `vrate` is the pinned one (NaN: the controller's).
-        let together = |qos: &str, vrate: f64| -> Result<Point, Box<dyn std::error::Error>> {
-            let r: Vec<TenantResult> = with_daemon(&work, &config(qos), || {
-                Ok(loadgen::run(&[protected.clone(), aggressor.clone()])?)
-            })?;
-            let p = Point {
-                vrate,
-                protected_pct: r[0].iops * 100.0 / solo_iops.max(1e-9),
-                aggressor_pct: r[1].mib_per_s * 100.0 / solo_mib.max(1e-9),
-            };
-            let label = if vrate.is_nan() {
-                "free".to_string()
-            } else {
-                format!("{vrate:.1}")
-            };
-            println!(
-                "{label:>8} {:>14.0} {:>9.0}% {:>16.0} {:>9.0}%{}",
-                r[0].iops,
-                p.protected_pct,
-                r[1].mib_per_s,
-                p.aggressor_pct,
-                if p.balanced() { "  both kept" } else { "" }
-            );
-            Ok(p)
-        };
-        let mut points = Vec::new();
-        for &v in &args.vrates {
-            let qos = format!("rpct = 0.0\nwpct = 0.0\nmin = {v:.1}\nmax = {v:.1}");
-            points.push(together(&qos, v)?);
-        }
-        let free = together(&suggested_body, f64::NAN)?;
-        println!(
-            "free: the controller under the --model file's [device.qos] (min = {:.1}, max = {:.1}): \
-             protected {:.0}% and aggressor {:.0}% of solo ({})",
-            suggested.min,
-            suggested.max,
-            free.protected_pct,
-            free.aggressor_pct,
-            if free.balanced() {
-                format!(
-                    "both kept: >= {:.0}% and >= {:.0}%",
-                    READER_KEEPS * 100.0,
-                    WRITER_KEEPS * 100.0
-                )
-            } else {
-                format!(
-                    "the aim is >= {:.0}% and >= {:.0}%; bench-frontier.sh shows whether the disk allows it",
-                    READER_KEEPS * 100.0,
-                    WRITER_KEEPS * 100.0
-                )
-            }
-        );
-        match bounds(&points, &suggested) {
-            ((min, max), None) => println!(
-                "suggested [device.qos]: min = {min:.1}, max = {max:.1}, as profile suggested: \
-                 the controller can reach the vrates that protected"
-            ),
-            ((min, max), Some(why)) => {
-                println!(
-                    "suggested [device.qos]: min = {min:.1}, max = {max:.1}, not profile's: {why}"
-                )
-            }
-        }
-        Ok(())
-    })();
+    let bench = Bench {
+        work: &work,
+        config: &config,
+        protected,
+        aggressor,
+        solo: (0.0, 0.0),
+    };
+    let result = sweep(bench, &args.vrates, &suggested_body, &suggested);
     let _ = std::fs::remove_dir_all(&work);
     if created {
         let _ = std::fs::remove_file(&path);
     }
     result
+}
+
+/// The `--model` file's `[device.model]` table, its `[device.qos]` body and that parsed.
+fn read_model(file: &Path) -> Result<(String, String, QosConfig), String> {
+    let model =
+        std::fs::read_to_string(file).map_err(|e| format!("--model {}: {e}", file.display()))?;
+    let model_table = extract_table(&model, "device.model")
+        .ok_or_else(|| format!("--model {}: no [device.model] table", file.display()))?;
+    let suggested_table = extract_table(&model, "device.qos").ok_or_else(|| {
+        format!(
+            "--model {}: no [device.qos] table to check (the output of `vhost-iocost profile` has one)",
+            file.display()
+        )
+    })?;
+    let suggested_body = suggested_table
+        .split_once('\n')
+        .map_or("", |(_, body)| body)
+        .to_string();
+    let suggested: QosConfig = toml::from_str(&suggested_body)
+        .map_err(|e| format!("--model {}: [device.qos]: {e}", file.display()))?;
+    Ok((model_table, suggested_body, suggested))
+}
+
+/// The two tenants against daemons started in `work` from `config(qos)`.
+struct Bench<'a> {
+    work: &'a Path,
+    config: &'a dyn Fn(&str) -> String,
+    protected: TenantSpec,
+    aggressor: TenantSpec,
+    /// Alone with QoS off: the protected tenant's IOPS, the aggressor's MiB/s.
+    solo: (f64, f64),
+}
+
+impl Bench<'_> {
+    /// One run of both tenants, printed as a row; `vrate` is the pinned one (NaN: the
+    /// controller's).
+    fn together(&self, qos: &str, vrate: f64) -> Result<Point, BoxError> {
+        let r: Vec<TenantResult> = with_daemon(self.work, &(self.config)(qos), || {
+            Ok(loadgen::run(&[
+                self.protected.clone(),
+                self.aggressor.clone(),
+            ])?)
+        })?;
+        let (solo_iops, solo_mib) = self.solo;
+        let p = Point {
+            vrate,
+            protected_pct: r[0].iops * 100.0 / solo_iops.max(1e-9),
+            aggressor_pct: r[1].mib_per_s * 100.0 / solo_mib.max(1e-9),
+        };
+        let label = if vrate.is_nan() {
+            "free".to_string()
+        } else {
+            format!("{vrate:.1}")
+        };
+        println!(
+            "{label:>8} {:>14.0} {:>9.0}% {:>16.0} {:>9.0}%{}",
+            r[0].iops,
+            p.protected_pct,
+            r[1].mib_per_s,
+            p.aggressor_pct,
+            if p.balanced() { "  both kept" } else { "" }
+        );
+        Ok(p)
+    }
+}
+
+/// The solo runs, a run per pinned vrate, one with the controller free under the
+/// suggested `[device.qos]`, and the bounds they suggest.
+fn sweep(
+    mut bench: Bench,
+    vrates: &[f64],
+    suggested_body: &str,
+    suggested: &QosConfig,
+) -> Result<(), BoxError> {
+    eprintln!("solo runs (QoS off) ...");
+    let solo = with_daemon(bench.work, &(bench.config)("enable = false"), || {
+        Ok((
+            loadgen::run(std::slice::from_ref(&bench.protected))?,
+            loadgen::run(std::slice::from_ref(&bench.aggressor))?,
+        ))
+    })?;
+    bench.solo = (solo.0[0].iops, solo.1[0].mib_per_s);
+    println!(
+        "solo: protected {:.0} IOPS, aggressor {:.0} MiB/s",
+        bench.solo.0, bench.solo.1
+    );
+    println!(
+        "{:>8} {:>14} {:>10} {:>16} {:>10}",
+        "vrate%", "protected IOPS", "% of solo", "aggressor MiB/s", "% of solo"
+    );
+    let mut points = Vec::new();
+    for &v in vrates {
+        let qos = format!("rpct = 0.0\nwpct = 0.0\nmin = {v:.1}\nmax = {v:.1}");
+        points.push(bench.together(&qos, v)?);
+    }
+    let free = bench.together(suggested_body, f64::NAN)?;
+    println!(
+        "free: the controller under the --model file's [device.qos] (min = {:.1}, max = {:.1}): \
+         protected {:.0}% and aggressor {:.0}% of solo ({})",
+        suggested.min,
+        suggested.max,
+        free.protected_pct,
+        free.aggressor_pct,
+        if free.balanced() {
+            format!(
+                "both kept: >= {:.0}% and >= {:.0}%",
+                READER_KEEPS * 100.0,
+                WRITER_KEEPS * 100.0
+            )
+        } else {
+            format!(
+                "the aim is >= {:.0}% and >= {:.0}%; bench-frontier.sh shows whether the disk allows it",
+                READER_KEEPS * 100.0,
+                WRITER_KEEPS * 100.0
+            )
+        }
+    );
+    match bounds(&points, suggested) {
+        ((min, max), None) => println!(
+            "suggested [device.qos]: min = {min:.1}, max = {max:.1}, as profile suggested: \
+             the controller can reach the vrates that protected"
+        ),
+        ((min, max), Some(why)) => {
+            println!("suggested [device.qos]: min = {min:.1}, max = {max:.1}, not profile's: {why}")
+        }
+    }
+    Ok(())
 }
 
 /// The lines of `[name]` (header included) up to the next table.
