@@ -214,12 +214,9 @@ impl Control {
         }
     }
 
-    /// Load the state file and apply it (at start-up). Overrides naming groups or
-    /// volumes that no longer exist are dropped with a warning (and the file rewritten);
-    /// an unreadable file is an error.
-    pub fn restore(&self) -> Result<(), String> {
-        let mut st = RuntimeState::load(&self.state_path)?;
-        let before = st.clone();
+    /// Forgets the state file's overrides of groups and volumes that no longer exist, and
+    /// group changes naming a group that no longer exists (each with a warning).
+    fn drop_unknown(&self, st: &mut RuntimeState) {
         let group_known =
             |g: &str| g == ROOT_GROUP || self.config().groups.iter().any(|c| c.name == g);
         st.groups.retain(|name, _| {
@@ -248,6 +245,15 @@ impl Control {
                 || o.latency_target.is_some()
                 || o.reserve.is_some()
         });
+    }
+
+    /// Load the state file and apply it (at start-up). Overrides naming groups or
+    /// volumes that no longer exist are dropped with a warning (and the file rewritten);
+    /// an unreadable file is an error.
+    pub fn restore(&self) -> Result<(), String> {
+        let mut st = RuntimeState::load(&self.state_path)?;
+        let before = st.clone();
+        self.drop_unknown(&mut st);
         if let Some(m) = &st.model {
             self.qos
                 .set_model(m)
