@@ -237,7 +237,9 @@ impl Control {
                     o.group = None;
                 }
             }
-            o.weight.is_some()
+            // A grown size is kept too: the running config was built with it.
+            o.size.is_some()
+                || o.weight.is_some()
                 || o.group.is_some()
                 || o.caps.is_some()
                 || o.op_caps.is_some()

@@ -108,10 +108,17 @@ fn a_volume_grows_and_its_frontend_is_told() {
     assert!(status.success());
 
     // Both sizes hold after a restart.
-    let d = DaemonProcess::start_in(dir, &config(CONTROL, &(volumes + file_volume)));
+    let d = DaemonProcess::start_in(dir, &config(CONTROL, &(volumes.clone() + &file_volume)));
     assert_eq!(control_get(&d, "/v1/volumes/v")["size"], 16 * MIB);
     assert_eq!(control_get(&d, "/v1/volumes/f")["size"], 8 * MIB);
     let mut f = RawFrontend::connect(&d.socket("v"), Options::default());
     let (status, back) = f.read_sectors(0, old_end, data.len());
     assert_eq!((status, back), (OK, data.to_vec()));
+    drop(f);
+    // And after the next one: the start-up that applied them keeps them on record.
+    let (status, dir) = d.stop();
+    assert!(status.success());
+    let d = DaemonProcess::start_in(dir, &config(CONTROL, &(volumes + file_volume)));
+    assert_eq!(control_get(&d, "/v1/volumes/v")["size"], 16 * MIB);
+    assert_eq!(control_get(&d, "/v1/volumes/f")["size"], 8 * MIB);
 }
