@@ -16,7 +16,7 @@
 //!   [`server`]: a volume's connections (a thread each), reconnects and graceful
 //!   shutdown; [`handshake`]: the deadline for a new frontend's first message;
 //!   [`lease`]: which of a volume's two connections (its socket and its hand-over
-//!   socket) may use the rings.
+//!   socket) may use the rings; [`peer`]: whose connections a volume serves.
 
 pub(crate) mod acceptor;
 pub(crate) mod admission;
@@ -31,6 +31,7 @@ pub(crate) mod guest_memory;
 pub(crate) mod handshake;
 pub mod inflight_log;
 pub(crate) mod lease;
+pub mod peer;
 pub mod request;
 pub(crate) mod server;
 pub(crate) mod sigbus;

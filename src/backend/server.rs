@@ -9,11 +9,14 @@ use super::acceptor::{Acceptable, Acceptor, Token};
 use super::admission::Admission;
 use super::guest_memory::Mem;
 use super::handshake::HANDSHAKE_TIMEOUT;
+use super::peer::peer_cred;
 use super::vhost::VolumeBackend;
 use super::volume::{Volume, VolumeCounters};
 use crate::lock::Locked;
+use crate::logging::LogLimiter;
 use std::io;
 use std::os::unix::io::AsRawFd;
+use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -52,6 +55,9 @@ pub struct VolumeServer<A: Admission> {
     /// A connection's thread could not be ended and was left behind: take no more
     /// frontends, or every retry would leave another.
     gave_up: AtomicBool,
+    /// Log lines for frontends refused by their credentials: a process retrying in a
+    /// loop must not flood the log.
+    refusals: Mutex<LogLimiter>,
 }
 
 /// What the acceptor tells when a frontend waits on one of the volume's sockets.
@@ -85,6 +91,7 @@ impl<A: Admission> VolumeServer<A> {
             stopping: AtomicBool::new(false),
             acceptor: Arc::clone(acceptor),
             gave_up: AtomicBool::new(false),
+            refusals: Mutex::new(LogLimiter::new(Duration::from_secs(1))),
         });
         // Both sockets are registered before either is armed: a frontend already waiting
         // is taken only once the volume is wholly set up.
@@ -153,6 +160,40 @@ impl<A: Admission> VolumeServer<A> {
         }
     }
 
+    /// Takes the frontend waiting on port `index` off the socket, if its credentials are
+    /// among the volume's allowed ones; one that is not is closed before anything is
+    /// read from it, and the refusal logged (None, as when nobody was waiting).
+    fn admit_peer(&self, index: usize) -> io::Result<Option<UnixStream>> {
+        let Some(stream) = self.ports[index]
+            .lock_listener()
+            .accept()
+            .map_err(|e| io::Error::other(e.to_string()))?
+        else {
+            return Ok(None);
+        };
+        let peers = &self.volume.peers;
+        if peers.uids.is_empty() && peers.gids.is_empty() {
+            return Ok(Some(stream));
+        }
+        match peer_cred(&stream) {
+            Ok(peer) if peers.admits(&peer) => Ok(Some(stream)),
+            Ok(peer) => {
+                if let Some(suppressed) = self.refusals.locked().check() {
+                    tracing::warn!(
+                        volume = %self.volume.name, pid = peer.pid, uid = peer.uid, gid = peer.gid,
+                        allowed_uids = ?peers.uids, allowed_gids = ?peers.gids, suppressed,
+                        "frontend refused: its user and group are not allowed"
+                    );
+                }
+                Ok(None)
+            }
+            Err(e) => {
+                tracing::warn!(volume = %self.volume.name, "frontend refused: its credentials cannot be read ({e})");
+                Ok(None)
+            }
+        }
+    }
+
     /// Has the acceptor tell of port `index`'s next frontend.
     fn arm_port(&self, index: usize) -> io::Result<()> {
         let port = &self.ports[index];
@@ -168,6 +209,9 @@ impl<A: Admission> VolumeServer<A> {
     fn serve_one(&self, index: usize, accepted: &mut bool) -> io::Result<()> {
         let name = &self.volume.name;
         let port = &self.ports[index];
+        let Some(stream) = self.admit_peer(index)? else {
+            return Ok(());
+        };
         let backend = Arc::new(VolumeBackend::new(self.volume.clone())?);
         let mut daemon = VhostUserDaemon::new(
             format!("vhost-{name}"),
@@ -211,9 +255,7 @@ impl<A: Admission> VolumeServer<A> {
                 tokens.wake.into(),
             )?;
         }
-        daemon
-            .start(&mut port.lock_listener())
-            .map_err(daemon_error)?;
+        daemon.start_stream(stream).map_err(daemon_error)?;
         *accepted = true;
         let counters = &self.volume.counters;
         VolumeCounters::add(&counters.connections, 1);

@@ -69,6 +69,8 @@ pub struct Volume<A: Admission> {
     /// `socket_group`; `None` leaves what the umask and the daemon's group give).
     pub socket_mode: Option<u32>,
     pub socket_gid: Option<u32>,
+    /// Whose connections are served (`allowed_uids`, `allowed_gids`).
+    pub peers: super::peer::PeerFilter,
     /// Where the volume's bytes are: the shared host disk, or its own file.
     pub disk: std::sync::Arc<HostDisk>,
     /// First byte of this volume on `disk`.
@@ -112,6 +114,10 @@ impl<A: Admission> Volume<A> {
             socket: cfg.socket.clone(),
             socket_mode: cfg.socket_mode.map(|m| m.0),
             socket_gid: None,
+            peers: super::peer::PeerFilter {
+                uids: cfg.allowed_uids.clone().unwrap_or_default(),
+                gids: cfg.allowed_gids.clone().unwrap_or_default(),
+            },
             disk,
             host_offset: cfg.offset.0,
             limits: Limits {

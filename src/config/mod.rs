@@ -222,6 +222,14 @@ pub struct VolumeConfig {
     /// Group owning the socket, a name or a number (default: the daemon's group).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub socket_group: Option<String>,
+    /// The frontend's user ids this volume serves (with `allowed_gids`: either matches;
+    /// neither given: any process that can connect). Checked on the peer's credentials
+    /// before any vhost-user message is read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_uids: Option<Vec<u32>>,
+    /// The frontend's group ids this volume serves (its primary group).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_gids: Option<Vec<u32>>,
     /// First byte of the host disk owned by this volume.
     #[serde(default)]
     pub offset: ByteSize,

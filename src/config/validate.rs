@@ -171,6 +171,17 @@ impl Config {
                 }
             }
             self.check_volume_sockets(i, v, &mut sockets)?;
+            for (key, ids) in [
+                ("allowed_uids", &v.allowed_uids),
+                ("allowed_gids", &v.allowed_gids),
+            ] {
+                if ids.as_ref().is_some_and(|ids| ids.is_empty()) {
+                    return Err(invalid(
+                        v.key(i, key),
+                        "an empty list would refuse every frontend; leave it out to allow any",
+                    ));
+                }
+            }
             self.check_volume_path(i, v, &mut paths)?;
             check_volume_qos(i, v)?;
             check_volume_queues(i, v)?;

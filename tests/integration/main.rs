@@ -29,6 +29,7 @@ mod malformed;
 mod metrics_listener;
 mod migration;
 mod operations;
+mod peer_credentials;
 mod polling;
 mod pressure;
 mod profile;

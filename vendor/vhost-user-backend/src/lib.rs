@@ -218,6 +218,13 @@ where
         self.start_daemon(backend_handler)
     }
 
+    /// Run a dedicated thread handling all requests coming through `stream`, a frontend
+    /// the caller accepted itself (and may have checked first, e.g. its credentials).
+    pub fn start_stream(&mut self, stream: std::os::unix::net::UnixStream) -> Result<()> {
+        let handler = BackendReqHandler::from_stream(stream, self.handler.clone());
+        self.start_daemon(handler)
+    }
+
     fn accept(
         &self,
         backend_listener: &mut BackendListener<Mutex<VhostUserHandler<T>>>,
