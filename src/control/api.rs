@@ -198,6 +198,11 @@ pub struct VolumeView {
     pub reserve: Sourced<ReserveConfig>,
     /// Absolute (a relative path in the config is the daemon's working directory's).
     pub socket: String,
+    /// The frontends' user and group ids served (both empty: any that can connect).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_uids: Vec<u32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_gids: Vec<u32>,
     /// Where a second frontend attaches while the first is connected: the destination of
     /// a migration on this host (`<socket>.handover`).
     #[serde(default)]

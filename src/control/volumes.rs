@@ -72,6 +72,8 @@ impl Control {
                 o.is_some_and(|o| o.reserve.is_some()),
             ),
             socket: absolute(&v.socket),
+            allowed_uids: v.peers.uids.clone(),
+            allowed_gids: v.peers.gids.clone(),
             handover_socket: absolute(&crate::socket_path::handover(&v.socket)),
             size: v.capacity(),
             path: cfg

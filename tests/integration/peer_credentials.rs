@@ -57,6 +57,11 @@ fn only_frontends_with_allowed_credentials_are_served() {
         "{log}"
     );
     assert_eq!(volume_stats(&d, "theirs")["connections"], 0);
+    let view = crate::daemon::control_get(&d, "/v1/volumes/ours");
+    assert_eq!(
+        (&view["allowed_uids"], &view["allowed_gids"]),
+        (&serde_json::json!([uid + 1]), &serde_json::json!([gid]))
+    );
     // The volume still takes an allowed frontend's turn afterwards: it was not wedged.
     assert_eq!(volume_stats(&d, "mine")["connections"], 2);
     // An empty list refuses everyone: it is refused itself, naming the key.

@@ -108,10 +108,7 @@ fn a_volume_grows_and_its_frontend_is_told() {
     assert!(status.success());
 
     // Both sizes hold after a restart.
-    let d = DaemonProcess::start_in(
-        dir,
-        &config(CONTROL, &(volumes.clone() + file_volume)),
-    );
+    let d = DaemonProcess::start_in(dir, &config(CONTROL, &(volumes.clone() + file_volume)));
     assert_eq!(control_get(&d, "/v1/volumes/v")["size"], 16 * MIB);
     assert_eq!(control_get(&d, "/v1/volumes/f")["size"], 8 * MIB);
     let mut f = RawFrontend::connect(&d.socket("v"), Options::default());
