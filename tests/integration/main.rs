@@ -18,6 +18,7 @@ mod drain;
 mod emulated;
 mod faults;
 mod guest;
+mod guest_tests;
 mod handover;
 mod hostile;
 mod hot_plug;
