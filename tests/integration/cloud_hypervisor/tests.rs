@@ -3,13 +3,13 @@
 use super::*;
 
 /// Where the volume starts in the backing file, and its size.
-pub(super) const VOLUME_OFFSET_MIB: u64 = 8;
-pub(super) const VOLUME_MIB: u64 = 16;
-pub(super) const SECTORS: u64 = (VOLUME_MIB << 20) / 512;
+const VOLUME_OFFSET_MIB: u64 = 8;
+const VOLUME_MIB: u64 = 16;
+const SECTORS: u64 = (VOLUME_MIB << 20) / 512;
 
 /// The config of a daemon with one volume "v" of `num_queues` queues. It uses page-cache
 /// I/O, so blk_size is 512 and the backing file shows writes at once.
-pub(super) fn volume_config(num_queues: usize) -> String {
+fn volume_config(num_queues: usize) -> String {
     config(
         "direct = false",
         &volume(
@@ -22,7 +22,7 @@ pub(super) fn volume_config(num_queues: usize) -> String {
 }
 
 /// `len` bytes of volume "v" at `sector`, read from the backing file.
-pub(super) fn on_disk(d: &DaemonProcess, sector: u64, len: usize) -> Vec<u8> {
+fn on_disk(d: &DaemonProcess, sector: u64, len: usize) -> Vec<u8> {
     let file = std::fs::File::open(d.path("disk.img")).unwrap();
     let mut buf = vec![0; len];
     file.read_exact_at(&mut buf, (VOLUME_OFFSET_MIB << 20) + sector * 512)
@@ -30,15 +30,15 @@ pub(super) fn on_disk(d: &DaemonProcess, sector: u64, len: usize) -> Vec<u8> {
     buf
 }
 
-pub(super) fn le16(b: &[u8], at: usize) -> u16 {
+fn le16(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes(b[at..at + 2].try_into().unwrap())
 }
 
-pub(super) fn le32(b: &[u8], at: usize) -> u32 {
+fn le32(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
 }
 
-pub(super) fn le64(b: &[u8], at: usize) -> u64 {
+fn le64(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
 }
 
@@ -57,7 +57,7 @@ pub(super) fn le64(b: &[u8], at: usize) -> u64 {
 ///
 /// Activation (E.3) then succeeds and the volume serves.
 #[test]
-pub(super) fn creation_negotiates_what_cloud_hypervisor_expects() {
+fn creation_negotiates_what_cloud_hypervisor_expects() {
     for num_queues in [1, 4] {
         let d = DaemonProcess::start(&volume_config(num_queues));
         let (mut vm, config) = Vm::boot(&d.socket("v"), num_queues, 1);
@@ -101,7 +101,7 @@ pub(super) fn creation_negotiates_what_cloud_hypervisor_expects() {
 /// buffer in high RAM, and chains mixing both ranges, are served. The data lands at the
 /// right place in the volume and reads back through either range.
 #[test]
-pub(super) fn one_of_four_queues_serves_buffers_in_low_and_high_memory() {
+fn one_of_four_queues_serves_buffers_in_low_and_high_memory() {
     let d = DaemonProcess::start(&volume_config(4));
     let (mut vm, _) = Vm::boot(&d.socket("v"), 4, 1);
     assert_eq!(vm.guest.regions().len(), 2, "SET_MEM_TABLE had both ranges");
@@ -165,7 +165,7 @@ pub(super) fn one_of_four_queues_serves_buffers_in_low_and_high_memory() {
 /// every published request consumed. After each re-activation the device serves from
 /// the new rings, and data written before the reset reads back.
 #[test]
-pub(super) fn guest_reset_then_reactivation_on_the_same_socket() {
+fn guest_reset_then_reactivation_on_the_same_socket() {
     let d = DaemonProcess::start(&volume_config(4));
     let (mut vm, _) = Vm::boot(&d.socket("v"), 4, 1);
     let before = pattern(8 * 512, 4096, 4);
@@ -197,7 +197,7 @@ pub(super) fn guest_reset_then_reactivation_on_the_same_socket() {
 /// the pending write is served without another kick, and later requests are served as
 /// usual.
 #[test]
-pub(super) fn pause_holds_a_kicked_request_until_resume() {
+fn pause_holds_a_kicked_request_until_resume() {
     let d = DaemonProcess::start(&volume_config(1));
     let (mut vm, _) = Vm::boot(&d.socket("v"), 1, 1);
     let old = pattern(40 * 512, 4096, 6);
@@ -243,7 +243,7 @@ pub(super) fn pause_holds_a_kicked_request_until_resume() {
 /// queues serve again, the used ring continues where it was, and data written before
 /// the close reads back.
 #[test]
-pub(super) fn close_without_get_vring_base_then_reconnect_resumes_the_rings() {
+fn close_without_get_vring_base_then_reconnect_resumes_the_rings() {
     let d = DaemonProcess::start(&volume_config(2));
     let (mut vm, _) = Vm::boot(&d.socket("v"), 2, 2);
     let a = pattern(0, 8192, 9);
@@ -278,7 +278,7 @@ pub(super) fn close_without_get_vring_base_then_reconnect_resumes_the_rings() {
 /// GET_CONFIG), at the avail index in guest memory, on the same rings. The new daemon
 /// serves on the same rings, and what the VM wrote before the restart reads back.
 #[test]
-pub(super) fn after_a_daemon_restart_cloud_hypervisor_reconnects_and_the_ring_continues() {
+fn after_a_daemon_restart_cloud_hypervisor_reconnects_and_the_ring_continues() {
     let cfg = volume_config(1);
     let d = DaemonProcess::start(&cfg);
     let (mut vm, _) = Vm::boot(&d.socket("v"), 1, 1);
@@ -303,7 +303,7 @@ pub(super) fn after_a_daemon_restart_cloud_hypervisor_reconnects_and_the_ring_co
 /// next activation (after a guest reset) sends SET_MEM_TABLE with all three ranges, and
 /// rings placed in the hot-plugged range work too.
 #[test]
-pub(super) fn hot_plugged_memory_comes_with_add_mem_reg_and_stays_in_the_next_mem_table() {
+fn hot_plugged_memory_comes_with_add_mem_reg_and_stays_in_the_next_mem_table() {
     let d = DaemonProcess::start(&volume_config(1));
     let (mut vm, _) = Vm::boot(&d.socket("v"), 1, 1);
     assert_ne!(
