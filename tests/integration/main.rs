@@ -27,6 +27,7 @@ mod learned_model;
 mod libvirt;
 mod libvirt_hook;
 mod malformed;
+mod malformed_limits;
 mod metrics_listener;
 mod migration;
 mod operations;
