@@ -1,18 +1,16 @@
-//! The control plane over the real unix socket: every endpoint (success and each error
-//! class), a weight change under load, persistence across a restart, and `/metrics`
-//! against what a blkio client did.
+//! The control plane over the real unix socket: every endpoint, its success and each
+//! error class, and every route of docs/openapi.json. Changes under load, persistence,
+//! `/metrics` against what a client did and the server's limits: `control_runtime.rs`.
 
-use crate::daemon::{config, ctl, volume, DaemonProcess, SLOW_MODEL};
+use crate::daemon::{config, ctl, volume, DaemonProcess};
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
 use vhost_iocost::control::client::{self, Response};
-use vhost_iocost::loadgen::{self, Pattern, TenantSpec};
 
-const CONTROL: &str = "[control]\nsocket = \"control.sock\"\n";
+pub(crate) const CONTROL: &str = "[control]\nsocket = \"control.sock\"\n";
 
-const GROUPS: &str = r#"
+pub(crate) const GROUPS: &str = r#"
 [[group]]
 name = "tenant-a"
 weight = 200
@@ -21,18 +19,18 @@ weight = 200
 name = "tenant-b"
 "#;
 
-fn sock(d: &DaemonProcess) -> PathBuf {
+pub(crate) fn sock(d: &DaemonProcess) -> PathBuf {
     d.path("control.sock")
 }
 
-fn call(d: &DaemonProcess, method: &str, path: &str, body: Option<Value>) -> Response {
+pub(crate) fn call(d: &DaemonProcess, method: &str, path: &str, body: Option<Value>) -> Response {
     let body = body.map(|b| b.to_string());
     client::request(&sock(d), method, path, body.as_deref())
         .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
 }
 
 /// A 2xx call's JSON.
-fn ok(d: &DaemonProcess, method: &str, path: &str, body: Option<Value>) -> Value {
+pub(crate) fn ok(d: &DaemonProcess, method: &str, path: &str, body: Option<Value>) -> Value {
     let r = call(d, method, path, body);
     assert!(
         (200..300).contains(&r.status),
@@ -44,7 +42,7 @@ fn ok(d: &DaemonProcess, method: &str, path: &str, body: Option<Value>) -> Value
 }
 
 /// Asserts a 400 naming `field`.
-fn bad(d: &DaemonProcess, method: &str, path: &str, body: Value, field: &str) {
+pub(crate) fn bad(d: &DaemonProcess, method: &str, path: &str, body: Value, field: &str) {
     let r = call(d, method, path, Some(body.clone()));
     assert_eq!(r.status, 400, "{method} {path} {body}: {}", r.body);
     let v = r.json().unwrap();
@@ -55,13 +53,13 @@ fn bad(d: &DaemonProcess, method: &str, path: &str, body: Value, field: &str) {
     );
 }
 
-fn not_found(d: &DaemonProcess, method: &str, path: &str, body: Option<Value>) {
+pub(crate) fn not_found(d: &DaemonProcess, method: &str, path: &str, body: Option<Value>) {
     let r = call(d, method, path, body);
     assert_eq!(r.status, 404, "{method} {path}: {}", r.body);
     assert!(r.json().unwrap()["error"].is_string());
 }
 
-fn two_volume_config(device_extra: &str) -> String {
+pub(crate) fn two_volume_config(device_extra: &str) -> String {
     config(
         &format!("{device_extra}\n{CONTROL}\n{GROUPS}"),
         &(volume("a", 0, 16, "group = \"tenant-a\"") + &volume("b", 16, 16, "weight = 300")),
@@ -74,8 +72,16 @@ fn every_endpoint_answers_and_refuses_bad_input() {
     let mode = std::fs::metadata(sock(&d)).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
 
-    // --- device ---
-    let dev = ok(&d, "GET", "/v1/device", None);
+    device_endpoints(&d);
+    group_endpoints(&d);
+    volume_endpoints(&d);
+    stats_and_metrics_endpoints(&d);
+    routes_match_the_openapi_document(d);
+}
+
+/// The device part of [`every_endpoint_answers_and_refuses_bad_input`].
+fn device_endpoints(d: &DaemonProcess) {
+    let dev = ok(d, "GET", "/v1/device", None);
     assert_eq!(dev["qos"]["source"], "config");
     assert_eq!(dev["model"]["source"], "config");
     assert_eq!(dev["model"]["value"]["preset"], "ssd");
@@ -85,7 +91,7 @@ fn every_endpoint_answers_and_refuses_bad_input() {
     assert!(dev["vrate_pct"].as_f64().unwrap() > 0.0);
     assert!(dev["busy_level"].is_i64());
     let dev = ok(
-        &d,
+        d,
         "PUT",
         "/v1/device/qos",
         Some(json!({"rlat": "5ms", "wlat": 10000, "min": 50.0, "max": 150.0})),
@@ -97,9 +103,9 @@ fn every_endpoint_answers_and_refuses_bad_input() {
     assert_eq!(dev["effective"]["max_pct"], 150.0);
     // An operator's own target binds every volume, unless `protect` says otherwise.
     assert_eq!(dev["effective"]["protect"], "all");
-    let out = ctl(&d, &["qos", "--protect", "underserved"]);
+    let out = ctl(d, &["qos", "--protect", "underserved"]);
     assert!(out.contains("protect=underserved"), "{out}");
-    let dev = ok(&d, "GET", "/v1/device", None);
+    let dev = ok(d, "GET", "/v1/device", None);
     assert_eq!(dev["qos"]["value"]["protect"], "underserved");
     assert_eq!(dev["effective"]["protect"], "underserved");
     // p95 of a 10 ms target: a 20 ms period, in effect at once.
@@ -107,46 +113,40 @@ fn every_endpoint_answers_and_refuses_bad_input() {
     let vrate = dev["vrate_pct"].as_f64().unwrap();
     assert!((50.0..=150.0).contains(&vrate), "vrate {vrate}");
     bad(
-        &d,
+        d,
         "PUT",
         "/v1/device/qos",
         json!({"min": 300.0, "max": 200.0}),
         "min",
     );
-    bad(&d, "PUT", "/v1/device/qos", json!({"rlat": -5}), "rlat");
-    bad(&d, "PUT", "/v1/device/qos", json!({"rlat": "-5ms"}), "rlat");
-    bad(&d, "PUT", "/v1/device/qos", json!({"rpct": 101}), "rpct");
+    bad(d, "PUT", "/v1/device/qos", json!({"rlat": -5}), "rlat");
+    bad(d, "PUT", "/v1/device/qos", json!({"rlat": "-5ms"}), "rlat");
+    bad(d, "PUT", "/v1/device/qos", json!({"rpct": 101}), "rpct");
     bad(
-        &d,
+        d,
         "PUT",
         "/v1/device/qos",
         json!({"protect": "some"}),
         "protect",
     );
+    bad(d, "PUT", "/v1/device/qos", json!({"latency": 5}), "latency");
     bad(
-        &d,
-        "PUT",
-        "/v1/device/qos",
-        json!({"latency": 5}),
-        "latency",
-    );
-    bad(
-        &d,
+        d,
         "PUT",
         "/v1/device/qos",
         json!({"enable": "yes"}),
         "enable",
     );
-    let r = call(&d, "PUT", "/v1/device/qos", None);
+    let r = call(d, "PUT", "/v1/device/qos", None);
     assert_eq!(r.status, 400, "empty body: {}", r.body);
     // A refused change changed nothing.
     assert_eq!(
-        ok(&d, "GET", "/v1/device", None)["effective"]["min_pct"],
+        ok(d, "GET", "/v1/device", None)["effective"]["min_pct"],
         50.0
     );
 
     let dev = ok(
-        &d,
+        d,
         "PUT",
         "/v1/device/model",
         Some(json!({"preset": "fast-ssd"})),
@@ -154,29 +154,31 @@ fn every_endpoint_answers_and_refuses_bad_input() {
     assert_eq!(dev["model"]["source"], "runtime");
     assert_eq!(dev["model"]["value"]["preset"], "fast-ssd");
     bad(
-        &d,
+        d,
         "PUT",
         "/v1/device/model",
         json!({"rbps": 1000}),
         "rseqiops",
     );
     bad(
-        &d,
+        d,
         "PUT",
         "/v1/device/model",
         json!({"preset": "nvme"}),
         "preset",
     );
     bad(
-        &d,
+        d,
         "PUT",
         "/v1/device/model",
         json!({"flush_factor": -1.0}),
         "flush_factor",
     );
+}
 
-    // --- groups ---
-    let groups = ok(&d, "GET", "/v1/groups", None);
+/// The groups part of [`every_endpoint_answers_and_refuses_bad_input`].
+fn group_endpoints(d: &DaemonProcess) {
+    let groups = ok(d, "GET", "/v1/groups", None);
     let names: Vec<&str> = groups["groups"]
         .as_array()
         .unwrap()
@@ -184,60 +186,62 @@ fn every_endpoint_answers_and_refuses_bad_input() {
         .map(|g| g["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["tenant-a", "tenant-b"]);
-    let g = ok(&d, "GET", "/v1/groups/tenant-a", None);
+    let g = ok(d, "GET", "/v1/groups/tenant-a", None);
     assert_eq!(g["weight"], json!({"value": 200, "source": "config"}));
     assert_eq!(g["parent"], "root");
     assert_eq!(g["volumes"], json!(["a"]));
-    not_found(&d, "GET", "/v1/groups/nope", None);
+    not_found(d, "GET", "/v1/groups/nope", None);
     let g = ok(
-        &d,
+        d,
         "PATCH",
         "/v1/groups/tenant-a",
         Some(json!({"weight": 700})),
     );
     assert_eq!(g["weight"], json!({"value": 700, "source": "runtime"}));
     bad(
-        &d,
+        d,
         "PATCH",
         "/v1/groups/tenant-a",
         json!({"weight": 0}),
         "weight",
     );
     bad(
-        &d,
+        d,
         "PATCH",
         "/v1/groups/tenant-a",
         json!({"weight": 10001}),
         "weight",
     );
     bad(
-        &d,
+        d,
         "PATCH",
         "/v1/groups/tenant-a",
         json!({"weight": -3}),
         "weight",
     );
     bad(
-        &d,
+        d,
         "PATCH",
         "/v1/groups/tenant-a",
         json!({"parent": "x"}),
         "parent",
     );
-    not_found(&d, "PATCH", "/v1/groups/nope", Some(json!({"weight": 5})));
+    not_found(d, "PATCH", "/v1/groups/nope", Some(json!({"weight": 5})));
+}
 
-    // --- volumes ---
-    let vols = ok(&d, "GET", "/v1/volumes", None);
+/// The volumes part of [`every_endpoint_answers_and_refuses_bad_input`].
+fn volume_endpoints(d: &DaemonProcess) {
+    let vols = ok(d, "GET", "/v1/volumes", None);
     assert_eq!(vols["volumes"].as_array().unwrap().len(), 2);
-    let b = ok(&d, "GET", "/v1/volumes/b", None);
+    let b = ok(d, "GET", "/v1/volumes/b", None);
     assert_eq!(b["weight"], json!({"value": 300, "source": "config"}));
     assert_eq!(b["caps"], json!({"value": {}, "source": "config"}));
     assert_eq!(b["group"], json!({"value": "root", "source": "config"}));
     assert_eq!(b["size"], 16 << 20);
     assert_eq!(b["connections"], 0);
-    not_found(&d, "GET", "/v1/volumes/nope", None);
+    not_found(d, "GET", "/v1/volumes/nope", None);
     let b = ok(
-        &d,
+        d,
         "PATCH",
         "/v1/volumes/b",
         Some(json!({"weight": 50, "group": "tenant-b"})),
@@ -247,34 +251,36 @@ fn every_endpoint_answers_and_refuses_bad_input() {
         b["group"],
         json!({"value": "tenant-b", "source": "runtime"})
     );
-    let g = ok(&d, "GET", "/v1/groups/tenant-b", None);
+    let g = ok(d, "GET", "/v1/groups/tenant-b", None);
     assert_eq!(g["volumes"], json!(["b"]));
     bad(
-        &d,
+        d,
         "PATCH",
         "/v1/volumes/b",
         json!({"group": "nope"}),
         "group",
     );
-    bad(&d, "PATCH", "/v1/volumes/b", json!({"weight": 0}), "weight");
+    bad(d, "PATCH", "/v1/volumes/b", json!({"weight": 0}), "weight");
     bad(
-        &d,
+        d,
         "PATCH",
         "/v1/volumes/b",
         json!({"weight": 10001, "group": "root"}),
         "weight",
     );
-    bad(&d, "PATCH", "/v1/volumes/b", json!({"size": 5}), "size");
-    not_found(&d, "PATCH", "/v1/volumes/nope", Some(json!({"weight": 5})));
+    bad(d, "PATCH", "/v1/volumes/b", json!({"size": 5}), "size");
+    not_found(d, "PATCH", "/v1/volumes/nope", Some(json!({"weight": 5})));
     // The refused PATCHes changed nothing.
-    let b = ok(&d, "GET", "/v1/volumes/b", None);
+    let b = ok(d, "GET", "/v1/volumes/b", None);
     assert_eq!(b["weight"]["value"], 50);
     assert_eq!(b["group"]["value"], "tenant-b");
-    let b = ok(&d, "PATCH", "/v1/volumes/b", Some(json!({"group": "root"})));
+    let b = ok(d, "PATCH", "/v1/volumes/b", Some(json!({"group": "root"})));
     assert_eq!(b["group"], json!({"value": "root", "source": "runtime"}));
+}
 
-    // --- stats and metrics ---
-    let st = ok(&d, "GET", "/v1/stats", None);
+/// The stats and metrics part of [`every_endpoint_answers_and_refuses_bad_input`].
+fn stats_and_metrics_endpoints(d: &DaemonProcess) {
+    let st = ok(d, "GET", "/v1/stats", None);
     assert_eq!(st["volumes"].as_array().unwrap().len(), 2);
     assert_eq!(st["volumes"][1]["name"], "b");
     assert_eq!(st["volumes"][1]["weight"], 50);
@@ -303,7 +309,7 @@ fn every_endpoint_answers_and_refuses_bad_input() {
     ] {
         assert!(st["volumes"][0].get(key).is_some(), "{key}: {st}");
     }
-    let m = call(&d, "GET", "/metrics", None);
+    let m = call(d, "GET", "/metrics", None);
     assert_eq!(m.status, 200);
     assert!(m
         .header("content-type")
@@ -315,8 +321,10 @@ fn every_endpoint_answers_and_refuses_bad_input() {
         "{}",
         m.body
     );
+}
 
-    // --- routing ---
+/// The routing part of [`every_endpoint_answers_and_refuses_bad_input`].
+fn routes_match_the_openapi_document(d: DaemonProcess) {
     not_found(&d, "GET", "/v1/nothing", None);
     let r = call(&d, "PUT", "/v1/volumes/a", None);
     assert_eq!(r.status, 405);
@@ -349,467 +357,4 @@ fn every_endpoint_answers_and_refuses_bad_input() {
     }
     let (status, _) = d.stop();
     assert!(status.success());
-}
-
-fn tenant(d: &DaemonProcess, name: &str, runtime: Duration) -> TenantSpec {
-    TenantSpec {
-        name: name.into(),
-        socket: d.socket(name),
-        rw: Pattern::RandRead,
-        bs: 4096,
-        iodepth: 16,
-        runtime,
-        ..TenantSpec::default()
-    }
-}
-
-fn volume_stats<'a>(st: &'a Value, name: &str) -> &'a Value {
-    st["volumes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["name"] == name)
-        .unwrap()
-}
-
-#[test]
-fn weight_change_under_load_takes_effect_without_reconnecting() {
-    let d = DaemonProcess::start(&config(
-        &format!("{SLOW_MODEL}\n{CONTROL}"),
-        &(volume("light", 0, 16, "") + &volume("heavy", 16, 16, "")),
-    ));
-    let period_us = ok(&d, "GET", "/v1/device", None)["period_us"]
-        .as_u64()
-        .unwrap();
-    let runtime = Duration::from_secs(7);
-    let specs = [tenant(&d, "light", runtime), tenant(&d, "heavy", runtime)];
-    let load = std::thread::spawn(move || loadgen::run(&specs));
-
-    // Wait until both are active and share 50/50.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let st = ok(&d, "GET", "/v1/stats", None);
-        let (l, h) = (volume_stats(&st, "light"), volume_stats(&st, "heavy"));
-        if l["reads"].as_u64().unwrap() > 100
-            && h["reads"].as_u64().unwrap() > 100
-            && l["hweight_active_pct"] == 50.0
-            && h["hweight_active_pct"] == 50.0
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "load did not start: {st}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_secs(2)); // two seconds at 1:1
-    ok(
-        &d,
-        "PATCH",
-        "/v1/volumes/heavy",
-        Some(json!({"weight": 300})),
-    );
-    let changed = Instant::now();
-    // The new shares are in effect within two planning periods.
-    loop {
-        let st = ok(&d, "GET", "/v1/stats", None);
-        let h = volume_stats(&st, "heavy")["hweight_active_pct"]
-            .as_f64()
-            .unwrap();
-        let l = volume_stats(&st, "light")["hweight_active_pct"]
-            .as_f64()
-            .unwrap();
-        if h == 75.0 && l == 25.0 {
-            break;
-        }
-        assert!(
-            changed.elapsed() < Duration::from_micros(2 * period_us),
-            "shares still {l}/{h} after two periods"
-        );
-    }
-    let results = load.join().unwrap().unwrap();
-    let (light, heavy) = (&results[0], &results[1]);
-    assert_eq!(light.errors + heavy.errors, 0, "I/O errors");
-    // Per-second completions: seconds 1..2 before the change split 1:1, the last two
-    // seconds (well after it) 1:3.
-    let ratio = |from: usize, to: usize| {
-        let l: u64 = light.per_second[from..to].iter().map(|s| s.iops).sum();
-        let h: u64 = heavy.per_second[from..to].iter().map(|s| s.iops).sum();
-        h as f64 / l.max(1) as f64
-    };
-    let n = light.per_second.len().min(heavy.per_second.len());
-    assert!(n >= 6, "{n} seconds");
-    let before = ratio(1, 2);
-    let after = ratio(n - 2, n);
-    eprintln!("heavy/light before {before:.2}, after {after:.2}");
-    assert!((0.85..=1.15).contains(&before), "before: {before:.2}");
-    assert!(
-        (3.0 * 0.85..=3.0 * 1.15).contains(&after),
-        "after: {after:.2}"
-    );
-    // No reconnect and no error on the daemon's side either.
-    let st = ok(&d, "GET", "/v1/stats", None);
-    for name in ["light", "heavy"] {
-        let v = volume_stats(&st, name);
-        assert_eq!(v["connections"], 1, "{name}: {v}");
-        assert_eq!(v["errors"], 0, "{name}: {v}");
-    }
-}
-
-#[test]
-fn restart_keeps_runtime_changes() {
-    let cfg = two_volume_config("");
-    let d = DaemonProcess::start(&cfg);
-    ok(
-        &d,
-        "PATCH",
-        "/v1/volumes/a",
-        Some(json!({"weight": 42, "group": "tenant-b", "caps": {"write_bps": "8MiB"}})),
-    );
-    ok(
-        &d,
-        "PATCH",
-        "/v1/groups/tenant-b",
-        Some(json!({"weight": 900, "reserve": {"pct": 10}, "class": "background"})),
-    );
-    ok(
-        &d,
-        "PATCH",
-        "/v1/volumes/b",
-        Some(json!({"class": "background", "reserve": {"iops": 100}})),
-    );
-    ok(
-        &d,
-        "PUT",
-        "/v1/device/qos",
-        Some(json!({"min": 60.0, "max": 120.0})),
-    );
-    ok(
-        &d,
-        "PUT",
-        "/v1/device/model",
-        Some(json!({"preset": "hdd"})),
-    );
-    let (status, dir) = d.stop();
-    assert!(status.success());
-    let state: Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join("config.toml.state.json")).unwrap())
-            .unwrap();
-    assert_eq!(
-        state["volumes"]["a"],
-        json!({"weight": 42, "group": "tenant-b", "caps": {"write_bps": "8MiB"}})
-    );
-
-    let d = DaemonProcess::start_in(dir, &cfg);
-    let a = ok(&d, "GET", "/v1/volumes/a", None);
-    assert_eq!(a["weight"], json!({"value": 42, "source": "runtime"}));
-    assert_eq!(
-        a["group"],
-        json!({"value": "tenant-b", "source": "runtime"})
-    );
-    assert_eq!(
-        a["caps"],
-        json!({"value": {"write_bps": "8MiB"}, "source": "runtime"})
-    );
-    let b = ok(&d, "GET", "/v1/volumes/b", None);
-    assert_eq!(b["weight"], json!({"value": 300, "source": "config"}));
-    assert_eq!(b["caps"], json!({"value": {}, "source": "config"}));
-    assert_eq!(
-        b["class"],
-        json!({"value": "background", "source": "runtime"})
-    );
-    assert_eq!(
-        b["reserve"],
-        json!({"value": {"iops": 100}, "source": "runtime"})
-    );
-    let g = ok(&d, "GET", "/v1/groups/tenant-b", None);
-    assert_eq!(g["weight"], json!({"value": 900, "source": "runtime"}));
-    assert_eq!(
-        g["class"],
-        json!({"value": "background", "source": "runtime"})
-    );
-    assert_eq!(
-        g["reserve"],
-        json!({"value": {"pct": 10.0}, "source": "runtime"})
-    );
-    assert_eq!(g["volumes"], json!(["a"]));
-    let dev = ok(&d, "GET", "/v1/device", None);
-    assert_eq!(dev["qos"]["source"], "runtime");
-    assert_eq!(dev["effective"]["min_pct"], 60.0);
-    assert_eq!(dev["model"]["value"]["preset"], "hdd");
-    // The QoS core runs with them: the group's share of the tree is as configured.
-    let st = ok(&d, "GET", "/v1/stats", None);
-    assert_eq!(volume_stats(&st, "a")["weight"], 42);
-    assert_eq!(volume_stats(&st, "a")["group"], "tenant-b");
-}
-
-#[test]
-fn start_fails_when_the_control_path_is_not_a_stale_socket() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("control.sock"), "not a socket").unwrap();
-    std::fs::write(dir.path().join("config.toml"), two_volume_config("")).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vhost-iocost"))
-        .args(["run", "--config", "config.toml"])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("control socket control.sock: exists and is not a socket"),
-        "{err}"
-    );
-    // A stale socket (left by a killed daemon) is replaced.
-    std::fs::remove_file(dir.path().join("control.sock")).unwrap();
-    drop(std::os::unix::net::UnixListener::bind(dir.path().join("control.sock")).unwrap());
-    let d = DaemonProcess::start_in(dir, &two_volume_config(""));
-    ok(&d, "GET", "/v1/device", None);
-}
-
-/// Parses `/metrics` with a Prometheus parser and sums the samples of `metric` for
-/// `volume` (over every `op`).
-fn metric_sum(
-    scrape: &prometheus_parse::Scrape,
-    metric: &str,
-    volume: &str,
-    op: Option<&str>,
-) -> f64 {
-    scrape
-        .samples
-        .iter()
-        .filter(|s| s.metric == metric && s.labels.get("volume") == Some(volume))
-        .filter(|s| op.is_none() || s.labels.get("op") == op)
-        .map(|s| match s.value {
-            prometheus_parse::Value::Counter(v)
-            | prometheus_parse::Value::Gauge(v)
-            | prometheus_parse::Value::Untyped(v) => v,
-            _ => 0.0,
-        })
-        .sum()
-}
-
-#[test]
-fn metrics_parse_and_match_what_the_client_did() {
-    let d = DaemonProcess::start(&config(
-        CONTROL,
-        &(volume("r", 0, 16, "") + &volume("w", 16, 16, "")),
-    ));
-    let runtime = Duration::from_secs(2);
-    let reader = TenantSpec {
-        iodepth: 4,
-        ..tenant(&d, "r", runtime)
-    };
-    let writer = TenantSpec {
-        rw: Pattern::RandWrite,
-        bs: 16384,
-        iodepth: 4,
-        ..tenant(&d, "w", runtime)
-    };
-    let results = loadgen::run(&[reader, writer]).unwrap();
-    let text = call(&d, "GET", "/metrics", None).body;
-    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).unwrap();
-    let within = |got: f64, want: u64, what: &str| {
-        let want = want as f64;
-        assert!(want > 100.0, "{what}: too little I/O ({want})");
-        assert!(
-            (got - want).abs() <= want * 0.01,
-            "{what}: /metrics says {got}, the client did {want}\n{text}"
-        );
-    };
-    let (r, w) = (&results[0], &results[1]);
-    assert_eq!(r.errors + w.errors, 0);
-    let req = "vhost_iocost_volume_requests_total";
-    let bytes = "vhost_iocost_volume_bytes_total";
-    within(
-        metric_sum(&scrape, req, "r", Some("read")),
-        r.completed,
-        "r reads",
-    );
-    within(
-        metric_sum(&scrape, bytes, "r", Some("read")),
-        r.completed * 4096,
-        "r bytes",
-    );
-    within(
-        metric_sum(&scrape, req, "w", Some("write")),
-        w.completed,
-        "w writes",
-    );
-    within(
-        metric_sum(&scrape, bytes, "w", Some("write")),
-        w.completed * 16384,
-        "w bytes",
-    );
-    assert_eq!(metric_sum(&scrape, req, "r", Some("write")), 0.0);
-    // Labelled by group too, and the latency histogram counts every completed read.
-    let lat = scrape
-        .samples
-        .iter()
-        .find(|s| {
-            s.metric == "vhost_iocost_volume_latency_seconds" && s.labels.get("volume") == Some("r")
-        })
-        .expect("latency histogram of r");
-    assert_eq!(lat.labels.get("group"), Some("root"));
-    let prometheus_parse::Value::Histogram(buckets) = &lat.value else {
-        panic!("not a histogram: {lat:?}");
-    };
-    let inf = buckets
-        .iter()
-        .find(|b| b.less_than.is_infinite())
-        .expect("+Inf bucket");
-    within(inf.count, r.completed, "r latency count");
-    assert!(
-        buckets.windows(2).all(|p| p[0].count <= p[1].count),
-        "{buckets:?}"
-    );
-    let vrate = scrape
-        .samples
-        .iter()
-        .find(|s| s.metric == "vhost_iocost_device_vrate_percent")
-        .expect("vrate");
-    assert!(matches!(vrate.value, prometheus_parse::Value::Gauge(v) if v > 0.0));
-}
-
-/// Reads until the server closes the connection; returns how long that took.
-fn closed_within(s: &mut std::os::unix::net::UnixStream, limit: Duration) -> Option<Duration> {
-    use std::io::Read;
-    let start = Instant::now();
-    s.set_read_timeout(Some(limit)).unwrap();
-    let mut buf = [0u8; 512];
-    loop {
-        match s.read(&mut buf) {
-            Ok(0) => return Some(start.elapsed()),
-            Ok(_) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
-                return Some(start.elapsed())
-            }
-            Err(_) => return None,
-        }
-    }
-}
-
-/// A client that sends its request header byte by byte (slowloris) is disconnected once
-/// the header timeout passes, and the API keeps answering others meanwhile.
-#[test]
-fn a_half_sent_request_is_disconnected_after_the_header_timeout() {
-    use std::io::Write;
-    use vhost_iocost::control::server::HEADER_TIMEOUT;
-    let d = DaemonProcess::start(&two_volume_config(""));
-    let mut slow = std::os::unix::net::UnixStream::connect(sock(&d)).unwrap();
-    slow.write_all(b"GET /v1/stats HTTP/1.1\r\nHost: x\r\n")
-        .unwrap();
-    ok(&d, "GET", "/v1/device", None);
-    let took = closed_within(&mut slow, HEADER_TIMEOUT * 3).expect("still open");
-    assert!(
-        took >= HEADER_TIMEOUT - Duration::from_secs(1),
-        "closed after {took:?}"
-    );
-}
-
-/// Connections beyond the cap are closed at once; the ones already open are served, and
-/// once they end new connections are accepted again.
-#[test]
-fn connections_beyond_the_cap_are_closed_at_once() {
-    use std::io::Write;
-    use vhost_iocost::control::server::MAX_CONNECTIONS;
-    let d = DaemonProcess::start(&two_volume_config(""));
-    let mut idle: Vec<_> = (0..MAX_CONNECTIONS)
-        .map(|_| std::os::unix::net::UnixStream::connect(sock(&d)).unwrap())
-        .collect();
-    // The server accepts in order, so this one comes after all the slots are taken.
-    let mut over = std::os::unix::net::UnixStream::connect(sock(&d)).unwrap();
-    let took = closed_within(&mut over, Duration::from_secs(2)).expect("over the cap: still open");
-    assert!(took < Duration::from_secs(1), "closed after {took:?}");
-    // An open one is served.
-    idle[1]
-        .write_all(b"GET /v1/device HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut answer = String::new();
-    std::io::Read::read_to_string(&mut idle[1], &mut answer).unwrap();
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    idle.clear();
-    // Once they are gone the API answers again.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while client::request(&sock(&d), "GET", "/v1/device", None).is_err() {
-        assert!(Instant::now() < deadline, "the API did not come back");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// `GET /v1/stats` and `GET /metrics` select volumes by query (what a host with
-/// thousands of volumes needs): by group, by name, by activity, and a page of them;
-/// `volumes_total` counts the selection before the page, and a bad key is a 400 that
-/// names it.
-#[test]
-fn stats_and_metrics_select_volumes_by_query() {
-    let d = DaemonProcess::start(&two_volume_config(""));
-    let names = |path: &str| -> (Vec<String>, u64) {
-        let st = ok(&d, "GET", path, None);
-        let names = st["volumes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v["name"].as_str().unwrap().to_owned())
-            .collect();
-        (names, st["volumes_total"].as_u64().unwrap())
-    };
-    assert_eq!(names("/v1/stats"), (vec!["a".into(), "b".into()], 2));
-    assert_eq!(names("/v1/stats?group=tenant-a"), (vec!["a".into()], 1));
-    assert_eq!(names("/v1/stats?group=root"), (vec!["b".into()], 1));
-    assert_eq!(names("/v1/stats?volume=b"), (vec!["b".into()], 1));
-    assert_eq!(
-        names("/v1/stats?active=true"),
-        (vec![], 0),
-        "nothing issued I/O"
-    );
-    assert_eq!(names("/v1/stats?offset=1&limit=1"), (vec!["b".into()], 2));
-    assert_eq!(names("/v1/stats?limit=0"), (vec![], 2));
-    for (query, key) in [("limit=x", "limit"), ("name=a", "name")] {
-        let r = call(&d, "GET", &format!("/v1/stats?{query}"), None);
-        assert_eq!(r.status, 400, "{query}: {}", r.body);
-        assert_eq!(r.json().unwrap()["field"], key, "{query}");
-    }
-    let m = call(&d, "GET", "/metrics?volume=b", None);
-    assert_eq!(m.status, 200);
-    assert!(
-        m.body.contains("volume=\"b\"") && !m.body.contains("volume=\"a\""),
-        "{}",
-        m.body
-    );
-    assert!(m.body.contains("vhost_iocost_device_vrate_percent"));
-    assert_eq!(call(&d, "GET", "/metrics?limit=x", None).status, 400);
-}
-
-/// A group PATCH that is refused changes nothing: class "latency" without a target is
-/// refused before the weight in the same body is applied. Once a group has a target it
-/// keeps it across class changes.
-#[test]
-fn a_refused_group_patch_changes_nothing() {
-    let d = DaemonProcess::start(&two_volume_config(""));
-    bad(
-        &d,
-        "PATCH",
-        "/v1/groups/tenant-b",
-        json!({"weight": 5, "class": "latency"}),
-        "latency_target",
-    );
-    let g = ok(&d, "GET", "/v1/groups/tenant-b", None);
-    assert_eq!(g["weight"]["source"], "config", "{g}");
-    assert_eq!(g["class"]["value"], "normal");
-    let body = json!({"class": "latency", "latency_target": "p99 5ms"});
-    let g = ok(&d, "PATCH", "/v1/groups/tenant-b", Some(body));
-    assert_eq!(g["class"]["value"], "latency");
-    assert_eq!(g["latency_target"]["value"], "p99 5ms");
-    assert_eq!(g["boost"], 1.0);
-    ok(
-        &d,
-        "PATCH",
-        "/v1/groups/tenant-b",
-        Some(json!({"class": "normal"})),
-    );
-    let g = ok(
-        &d,
-        "PATCH",
-        "/v1/groups/tenant-b",
-        Some(json!({"class": "latency"})),
-    );
-    assert_eq!(g["latency_target"]["value"], "p99 5ms");
 }

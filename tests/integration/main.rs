@@ -7,6 +7,7 @@ mod classes;
 mod client;
 mod cloud_hypervisor;
 mod control;
+mod control_runtime;
 mod crash_recovery;
 mod ctl_top;
 mod daemon;
