@@ -122,6 +122,8 @@ pub use volume::VolumeQos;
 pub use weights::{check_weight, WeightOutOfRange, WEIGHT_DEFAULT, WEIGHT_MAX, WEIGHT_MIN};
 
 #[cfg(test)]
+mod class_tests;
+#[cfg(test)]
 pub(crate) mod test_util;
 #[cfg(test)]
 mod tests;
