@@ -113,12 +113,19 @@ struct Served<'a> {
     disk: &'a Disk,
 }
 
-/// The domain's disks that the daemons serve, each with its daemon and volume.
-fn served<'a>(controls: &'a [PathBuf], d: &'a Domain) -> Result<Vec<Served<'a>>, String> {
+/// The domain's disks that the daemons serve, each with its daemon and volume, and an
+/// error for each daemon that cannot be asked (the others are served all the same).
+fn served<'a>(controls: &'a [PathBuf], d: &'a Domain) -> (Vec<Served<'a>>, Vec<String>) {
     let mut out = Vec::new();
+    let mut unreachable = Vec::new();
     for control in controls {
-        let volumes = call(control, "GET", "/v1/volumes", None)
-            .map_err(|e| format!("domain {}: {e}", d.name))?;
+        let volumes = match call(control, "GET", "/v1/volumes", None) {
+            Ok(v) => v,
+            Err(e) => {
+                unreachable.push(format!("domain {}: {e}", d.name));
+                continue;
+            }
+        };
         for disk in &d.disks {
             let serves = |v: &&Value| {
                 ["socket", "handover_socket"]
@@ -139,7 +146,7 @@ fn served<'a>(controls: &'a [PathBuf], d: &'a Domain) -> Result<Vec<Served<'a>>,
             }
         }
     }
-    Ok(out)
+    (out, unreachable)
 }
 
 /// The domain's group on a daemon: `name` in `<iocost:domain>`, else `libvirt-` and the
@@ -164,15 +171,18 @@ fn group_name(d: &Domain) -> Option<String> {
     Some(format!("libvirt-{safe}"))
 }
 
+/// Sets every declared disk a daemon serves as declared; what fails (a daemon that cannot
+/// be asked, a refused setting) does not stop the rest and is returned together.
 fn apply(controls: &[PathBuf], d: &Domain, warn: &mut dyn FnMut(String)) -> Result<(), String> {
-    let served = served(controls, d)?;
+    let (served, mut errors) = served(controls, d);
     let group = group_name(d);
     let mut daemons: Vec<&Path> = served.iter().map(|s| s.control).collect();
     daemons.dedup();
     if let (Some(name), Some(settings)) = (&group, &d.group) {
         for control in &daemons {
-            ensure_group(control, name, settings)
-                .map_err(|e| format!("domain {}: group {name}: {e}", d.name))?;
+            if let Err(e) = ensure_group(control, name, settings) {
+                errors.push(format!("domain {}: group {name}: {e}", d.name));
+            }
         }
     }
     for s in &served {
@@ -184,16 +194,19 @@ fn apply(controls: &[PathBuf], d: &Domain, warn: &mut dyn FnMut(String)) -> Resu
             continue;
         }
         let path = format!("/v1/volumes/{}", client::encode_segment(&s.volume));
-        call(s.control, "PATCH", &path, Some(&Value::Object(patch))).map_err(|e| {
-            format!(
+        match call(s.control, "PATCH", &path, Some(&Value::Object(patch))) {
+            Ok(_) => eprintln!(
+                "vhost-iocost libvirt-hook: domain {} disk {}: volume {} set as declared",
+                d.name, s.disk.target, s.volume
+            ),
+            Err(e) => errors.push(format!(
                 "domain {} disk {} (volume {}): {e}",
                 d.name, s.disk.target, s.volume
-            )
-        })?;
-        eprintln!(
-            "vhost-iocost libvirt-hook: domain {} disk {}: volume {} set as declared",
-            d.name, s.disk.target, s.volume
-        );
+            )),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors.join("; "));
     }
     if served.is_empty() && (d.group.is_some() || d.disks.iter().any(|k| !k.patch.is_empty())) {
         warn(format!(
@@ -227,7 +240,11 @@ fn ensure_group(control: &Path, name: &str, settings: &Map<String, Value>) -> Re
 fn revert(controls: &[PathBuf], d: &Domain, warn: &mut dyn FnMut(String)) -> Result<(), String> {
     let group = group_name(d);
     let mut daemons: Vec<&Path> = Vec::new();
-    for s in served(controls, d)? {
+    let (served, unreachable) = served(controls, d);
+    for e in unreachable {
+        warn(e);
+    }
+    for s in served {
         if s.disk.patch.is_empty() && group.is_none() {
             continue;
         }

@@ -209,6 +209,31 @@ fn errors_name_the_domain_and_the_disk_and_block_only_when_required() {
     // Stopping never fails, whatever happens.
     let out = hook(&down, &["--required", "db", "release", "end", "-"], &ok);
     assert!(out.status.success(), "{}", text(&out));
+    // One daemon down does not keep the hook from the others: the volume of the one that
+    // answers is set (and reset at release), the down one is named.
+    let declared = domain_xml(
+        "db",
+        &d.path("vm-root.sock"),
+        "",
+        r#"<iocost:disk target="vda" weight="222"/>"#,
+        &d.path("x.sock"),
+    );
+    let both = ["--control", down.to_str().unwrap()];
+    let out = hook(
+        &control,
+        &[&both[..], &["db", "prepare", "begin", "-"]].concat(),
+        &declared,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("down.sock"), "{}", text(&out));
+    assert_eq!(settings(&d, "vm-root")["weight"]["value"], 222);
+    let out = hook(
+        &control,
+        &[&both[..], &["db", "release", "end", "-"]].concat(),
+        &declared,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(settings(&d, "vm-root"), configured);
     // Bad XML is named.
     let out = hook(
         &control,
