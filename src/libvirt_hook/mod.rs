@@ -42,7 +42,7 @@ pub struct HookArgs {
     )]
     pub control: Vec<PathBuf>,
     /// Refuse the domain's start when its QoS cannot be applied (a daemon down, a setting
-    /// refused). Without it the domain starts with the volumes' current settings.
+    /// refused). Without it the domain starts anyway, with what could be applied.
     #[arg(long)]
     pub required: bool,
     /// The domain's name (libvirt's first argument).
@@ -71,7 +71,8 @@ fn action(operation: &str, sub_operation: &str) -> Action {
     }
 }
 
-/// Runs the hook: reads the domain XML from standard input when the operation needs it.
+/// Runs the hook: reads the domain XML from standard input, then applies or undoes the
+/// domain's QoS if the operation is one the hook acts on.
 pub fn run(args: &HookArgs) -> Result<(), String> {
     // Read whatever the operation: libvirt writes the XML in any case, and a hook that
     // left it unread would make that write fail.
@@ -90,7 +91,7 @@ pub fn run(args: &HookArgs) -> Result<(), String> {
     match outcome {
         Err(e) if action == Action::Apply && !args.required => {
             warn(format!(
-                "{e}; the domain starts with the volumes' current settings"
+                "{e}; the domain starts anyway, with what could be applied"
             ));
             Ok(())
         }
