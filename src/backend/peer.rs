@@ -53,12 +53,15 @@ pub struct PeerFilter {
 }
 
 impl PeerFilter {
+    /// Neither list is given: any peer that can connect is served, unasked.
+    pub fn is_open(&self) -> bool {
+        self.uids.is_empty() && self.gids.is_empty()
+    }
+
     /// Whether `peer` may be the frontend: its uid is listed, or its gid is; anyone when
     /// neither list is given.
     pub fn admits(&self, peer: &PeerCred) -> bool {
-        (self.uids.is_empty() && self.gids.is_empty())
-            || self.uids.contains(&peer.uid)
-            || self.gids.contains(&peer.gid)
+        self.is_open() || self.uids.contains(&peer.uid) || self.gids.contains(&peer.gid)
     }
 }
 
