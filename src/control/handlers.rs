@@ -150,7 +150,20 @@ async fn get_volume(State(c): Ctx, Path(name): Path<String>) -> Result<Response,
     Ok(Json(c.volume(&name)?).into_response())
 }
 
-async fn reset_volume(State(c): Ctx, Path(name): Path<String>) -> Result<Response, ApiError> {
+/// `POST /v1/volumes/{name}/reset` takes no keys: its body is read (a client still
+/// sending it is not cut off) and must be empty or `{}`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoKeys {}
+
+async fn reset_volume(
+    State(c): Ctx,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    if !body.trim_ascii().is_empty() {
+        let NoKeys {} = parse_body(&body)?;
+    }
     let v = blocking(move || c.reset_volume(&name)).await?;
     Ok(Json(v).into_response())
 }
