@@ -2,7 +2,7 @@
 //! control API ([`Api`]).
 
 use super::client::{self, encode_segment, Response};
-use super::ctl::{AddVolumeArgs, QosArgs};
+use super::ctl_args::{AddVolumeArgs, QosArgs};
 use super::ctl_format::{format_groups, format_qos, format_stats, format_volumes};
 use serde_json::{json, Value};
 use std::io::Write as _;

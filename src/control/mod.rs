@@ -20,6 +20,7 @@ pub mod calibrated;
 pub mod client;
 pub(crate) mod context;
 pub mod ctl;
+pub mod ctl_args;
 pub(crate) mod ctl_commands;
 pub mod ctl_format;
 pub mod error;
