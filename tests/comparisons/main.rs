@@ -3,13 +3,10 @@
 //! integration suite keeps both cores busy with guests and daemons), and they run one at
 //! a time within this binary too.
 
-#[allow(dead_code)]
-#[path = "../integration/daemon.rs"]
-mod daemon;
-#[allow(dead_code)]
-#[path = "../integration/devices.rs"]
-mod devices;
 mod disk;
 mod duty_cycle;
 mod emulated;
 mod learning;
+
+// The harness shared with tests/integration, under the paths the tests name it by.
+use support::{daemon, devices};

@@ -10,10 +10,8 @@ mod control;
 mod control_runtime;
 mod crash_recovery;
 mod ctl_top;
-mod daemon;
 mod data_path;
 mod deploy;
-mod devices;
 mod dirty_log;
 mod drain;
 mod emulated;
@@ -44,3 +42,6 @@ mod scale;
 mod virtqueue;
 mod volume_files;
 mod workers;
+
+// The harness shared with tests/comparisons, under the paths the tests name it by.
+use support::{daemon, devices};

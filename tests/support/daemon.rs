@@ -47,7 +47,7 @@ impl DaemonProcess {
     /// Like `start_in`, with extra environment variables for the daemon.
     pub fn start_with_env(dir: tempfile::TempDir, config: &str, env: &[(&str, &str)]) -> Self {
         std::fs::write(dir.path().join("config.toml"), config).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_vhost-iocost"))
+        let mut child = Command::new(crate::binary())
             .args(["run", "--config", "config.toml"])
             .envs(env.iter().copied())
             .current_dir(dir.path())
@@ -325,7 +325,7 @@ pub fn control_call(
 /// `vhost-iocost ctl --socket <daemon's control socket> ARGS...`; returns stdout, panics
 /// with stderr when it fails.
 pub fn ctl(d: &DaemonProcess, args: &[&str]) -> String {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vhost-iocost"))
+    let out = std::process::Command::new(crate::binary())
         .arg("ctl")
         .arg("--socket")
         .arg(d.path("control.sock"))
