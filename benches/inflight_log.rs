@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use vhost_iocost::backend::inflight_log::Region;
+use vhost_iocost::backend::virtio::inflight_log::Region;
 
 fn mark_publish_clear_batch32(c: &mut Criterion) {
     let (region, _theirs) = Region::create(1, 256).unwrap();

@@ -3,9 +3,9 @@
 //! (one acceptor thread for all), starts the planner thread, and stops gracefully on
 //! SIGINT/SIGTERM.
 
-use crate::backend::acceptor::Acceptor;
-use crate::backend::disk::{DiskError, HostDisk};
-use crate::backend::slots::DeviceSlots;
+use crate::backend::io::disk::{DiskError, HostDisk};
+use crate::backend::io::slots::DeviceSlots;
+use crate::backend::vhost_user::acceptor::Acceptor;
 use crate::backend::volume::SharedDisk;
 use crate::config::{Config, ConfigError, ROOT_GROUP};
 use crate::emulated::FaultPlan;
@@ -63,7 +63,7 @@ impl Daemon {
                 .device
                 .emulated
                 .as_ref()
-                .map(|e| std::sync::Mutex::new(e.disk())),
+                .map(|e| Arc::new(std::sync::Mutex::new(e.disk()))),
             faults: FaultPlan::new(config.device.emulated.as_ref().map_or(&[], |e| &e.faults)),
             poll_max_ns: config.device.poll_max.0 * 1_000,
         });

@@ -31,7 +31,7 @@ impl InstanceLock {
         let Some(path) = cfg.path.as_deref() else {
             return Ok(None);
         };
-        crate::backend::disk::create_if_missing(cfg).map_err(|e| e.to_string())?;
+        crate::backend::io::disk::create_if_missing(cfg).map_err(|e| e.to_string())?;
         match File::open(path) {
             Ok(file) => lock(path, file).map(Some),
             Err(e) => Err(format!("device.path {}: cannot open: {e}", path.display())),

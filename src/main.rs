@@ -3,7 +3,7 @@
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use vhost_iocost::backend::disk::HostDisk;
+use vhost_iocost::backend::io::disk::HostDisk;
 use vhost_iocost::config::Config;
 use vhost_iocost::daemon::{self, Daemon};
 

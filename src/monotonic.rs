@@ -1,5 +1,5 @@
 //! The data path's clock: CLOCK_MONOTONIC in ns, read directly (the io_uring deadlines of
-//! [`crate::backend::engine::Engine::push_until`] are on it, and so are the stage traces).
+//! [`crate::backend::io::engine::Engine::push_until`] are on it, and so are the stage traces).
 
 /// CLOCK_MONOTONIC now, ns. Inlined: the data path reads it per batch from other modules.
 #[inline]

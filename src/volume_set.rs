@@ -3,9 +3,9 @@
 //! [`VolumeServer`] listening on its socket; adding makes all three (or none), removing
 //! ends the connection first, then takes the leaf out of the weight tree (design §4.6).
 
-use crate::backend::acceptor::Acceptor;
-use crate::backend::disk::HostDisk;
-use crate::backend::server::{RemoveError, VolumeServer};
+use crate::backend::io::disk::HostDisk;
+use crate::backend::vhost_user::acceptor::Acceptor;
+use crate::backend::vhost_user::server::{RemoveError, VolumeServer};
 use crate::backend::volume::{SharedDisk, Volume};
 use crate::config::{DeviceConfig, VolumeConfig, ROOT_GROUP};
 use crate::lock::{Locked, RwLocked};

@@ -1,6 +1,6 @@
 //! What every accepted request must satisfy, whatever the guest sent.
 
-use vhost_iocost::backend::request::{Limits, Request, RequestKind, SECTOR_SIZE};
+use vhost_iocost::backend::virtio::request::{Limits, Request, RequestKind, SECTOR_SIZE};
 
 pub fn check_accepted(req: &Request, limits: &Limits) {
     let end = req.offset.checked_add(req.len).expect("range overflows");

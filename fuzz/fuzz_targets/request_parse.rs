@@ -1,12 +1,12 @@
 //! virtio-blk request parsing from an arbitrary descriptor layout over arbitrary guest
-//! memory (`backend::request::parse`).
+//! memory (`backend::virtio::request::parse`).
 #![no_main]
 
 mod common;
 
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
-use vhost_iocost::backend::request::{parse, ChainLayout, Limits};
+use vhost_iocost::backend::virtio::request::{parse, ChainLayout, Limits};
 
 #[derive(Arbitrary, Debug)]
 struct Input {

@@ -1,15 +1,15 @@
 //! The ring path: a split virtqueue whose descriptor table, avail ring and buffers are all
 //! arbitrary guest memory, popped as the worker pops it through
-//! `backend::split_ring::SplitRing` (at most the queue size of chains outstanding), each
-//! chain parsed by `backend::chain::parse_chain` and returned to the used ring.
+//! `backend::virtio::split_ring::SplitRing` (at most the queue size of chains outstanding), each
+//! chain parsed by `backend::virtio::chain::parse_chain` and returned to the used ring.
 #![no_main]
 
 mod common;
 
 use libfuzzer_sys::fuzz_target;
-use vhost_iocost::backend::chain::parse_chain;
-use vhost_iocost::backend::request::{ChainLayout, Limits};
-use vhost_iocost::backend::split_ring::SplitRing;
+use vhost_iocost::backend::virtio::chain::parse_chain;
+use vhost_iocost::backend::virtio::request::{ChainLayout, Limits};
+use vhost_iocost::backend::virtio::split_ring::SplitRing;
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{GuestAddress, GuestMemoryMmap};
 

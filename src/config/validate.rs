@@ -281,7 +281,7 @@ impl Config {
         for (i, v) in self.volumes.iter().enumerate() {
             if v.path.is_some() {
                 // Its own file: its size is checked against that file's block size when
-                // it is opened ([`crate::backend::disk::HostDisk::open_volume`]).
+                // it is opened ([`crate::backend::io::disk::HostDisk::open_volume`]).
                 if v.size.0 == 0 || v.size.0 % 512 != 0 {
                     return Err(invalid(
                         v.key(i, "size"),

@@ -3,7 +3,7 @@
 //! (see [`crate::calibration`] for what is measured and why).
 
 use super::state::{state_path, RuntimeState};
-use crate::backend::disk::HostDisk;
+use crate::backend::io::disk::HostDisk;
 use crate::calibration::{self, Calibration};
 use crate::config::Config;
 use std::path::Path;

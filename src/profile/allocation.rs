@@ -100,7 +100,7 @@ mod tests {
             "path = {path:?}\ncreate_size = \"8MiB\"\npreallocate = true"
         ))
         .unwrap();
-        crate::backend::disk::create_if_missing(&device).unwrap();
+        crate::backend::io::disk::create_if_missing(&device).unwrap();
         let file = std::fs::File::open(&path).unwrap();
         assert_eq!(allocated_bytes(&file, 8 << 20), 0);
     }

@@ -3,8 +3,8 @@
 
 use super::plan::{Job, JobResult};
 use super::Target;
-use crate::backend::bounce::BounceBuffer;
-use crate::backend::engine::{DeviceOp, Engine};
+use crate::backend::io::bounce::BounceBuffer;
+use crate::backend::io::engine::{DeviceOp, Engine};
 use crate::rng::Rng;
 use hdrhistogram::Histogram;
 use std::fs::File;
@@ -56,21 +56,7 @@ impl Target for UringTarget {
         let depth = job.depth.max(1) as usize;
         let bs = job.block_size as usize;
         let mut engine = Engine::new(job.depth.max(8), Some(self.file.as_raw_fd()))?;
-        let mut buffer = BounceBuffer::zeroed(depth * bs, 4096);
-        // Writes carry non-zero data, so devices that detect zeroes are not flattered.
-        buffer
-            .as_mut_slice()
-            .iter_mut()
-            .enumerate()
-            .for_each(|(i, b)| *b = (i * 31 + 7) as u8);
-        // One iovec per slot, never moved while requests are in flight.
-        let iovecs: Vec<libc::iovec> = (0..depth)
-            .map(|i| libc::iovec {
-                // SAFETY: slot i lies inside the buffer (depth * bs bytes).
-                iov_base: unsafe { buffer.as_mut_ptr().add(i * bs) }.cast(),
-                iov_len: bs,
-            })
-            .collect();
+        let (buffer, iovecs) = slot_buffers(depth, bs);
         let (base, span) = self.range(job);
         let blocks = (span / job.block_size).max(1);
         let mut latency_us = Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("bounds");
@@ -94,23 +80,8 @@ impl Target for UringTarget {
                     next_block = (next_block + 1) % blocks;
                     next_block
                 };
-                let (iovecs_ptr, offset) = (
-                    &iovecs[slot] as *const libc::iovec,
-                    base + block * job.block_size,
-                );
-                let op = if job.pattern.is_write() {
-                    DeviceOp::Writev {
-                        iovecs: iovecs_ptr,
-                        count: 1,
-                        offset,
-                    }
-                } else {
-                    DeviceOp::Readv {
-                        iovecs: iovecs_ptr,
-                        count: 1,
-                        offset,
-                    }
-                };
+                let offset = base + block * job.block_size;
+                let op = slot_op(job.pattern.is_write(), &iovecs[slot], offset);
                 issued_at[slot] = now;
                 engine.push(op, slot as u64)?;
                 if let Some(i) = interval {
@@ -153,5 +124,42 @@ impl Target for UringTarget {
             seconds: job.duration.as_secs_f64(),
             latency_us,
         })
+    }
+}
+
+/// `depth` slots of `bs` bytes and one iovec per slot, never moved while requests are in
+/// flight. Writes carry non-zero data, so devices that detect zeroes are not flattered.
+fn slot_buffers(depth: usize, bs: usize) -> (BounceBuffer, Vec<libc::iovec>) {
+    let mut buffer = BounceBuffer::zeroed(depth * bs, 4096);
+    buffer
+        .as_mut_slice()
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, b)| *b = (i * 31 + 7) as u8);
+    let iovecs = (0..depth)
+        .map(|i| libc::iovec {
+            // SAFETY: slot i lies inside the buffer (depth * bs bytes).
+            iov_base: unsafe { buffer.as_mut_ptr().add(i * bs) }.cast(),
+            iov_len: bs,
+        })
+        .collect();
+    (buffer, iovecs)
+}
+
+/// One slot's read or write of its whole buffer at `offset`.
+fn slot_op(is_write: bool, iovec: &libc::iovec, offset: u64) -> DeviceOp {
+    let iovecs = iovec as *const libc::iovec;
+    if is_write {
+        DeviceOp::Writev {
+            iovecs,
+            count: 1,
+            offset,
+        }
+    } else {
+        DeviceOp::Readv {
+            iovecs,
+            count: 1,
+            offset,
+        }
     }
 }

@@ -6,7 +6,7 @@
 //! scenario and its seed.
 //!
 //! The loop plays the data path's part exactly as the daemon does: the per-volume FIFO of
-//! `backend::admit_queue` (only the head offered to admission control), a timer per volume
+//! `backend::admission::queue` (only the head offered to admission control), a timer per volume
 //! at the returned `until_ns`, a planner tick at the interval [`Planner::plan`]
 //! returns (after which every parked head is offered again), and completions reported
 //! with admission, slot and completion times.
@@ -15,7 +15,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
 
-use crate::backend::admit_queue::{AdmitQueue, Next};
+use crate::backend::admission::queue::{AdmitQueue, Next};
 use crate::cost_model::{CostInput, CostModel, IoKind};
 use crate::planner::Planner;
 use crate::qos::{Charge, IoRequest, ManualClock, QosDevice, Timing, VolumeQos};
@@ -64,7 +64,7 @@ struct Req {
 
 #[derive(Default)]
 struct VolState {
-    /// The data path's own FIFO discipline (`backend::admit_queue`), slots included.
+    /// The data path's own FIFO discipline (`backend::admission::queue`), slots included.
     parked: AdmitQueue<ReqId, Charge>,
     timer_at: Option<u64>,
     timer_token: u64,

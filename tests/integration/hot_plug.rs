@@ -134,39 +134,7 @@ fn added_and_removed_nodes_survive_a_restart() {
     assert_eq!(added["offset"], 16 * MIB);
     assert_eq!(added["group"]["value"], "tenant");
 
-    // Refusals: each names what is wrong, and nothing changes.
-    // Volume "d", 4 MiB, with `extra` keys.
-    let d_with = |extra: serde_json::Value| {
-        let mut body = json!({ "name": "d", "socket": "d.sock", "size": "4MiB" });
-        for (key, value) in extra.as_object().unwrap() {
-            body[key] = value.clone();
-        }
-        body
-    };
-    let refusals = [
-        (c.clone(), 400, "name"),
-        (d_with(json!({ "offset": "4MiB" })), 400, "offset"),
-        (d_with(json!({ "socket": "a.sock" })), 400, "socket"),
-        (d_with(json!({ "colour": 1 })), 400, "colour"),
-        (d_with(json!({ "group": "nope" })), 400, "group"),
-        (d_with(json!({ "size": "64MiB" })), 409, ""),
-        (d_with(json!({ "name": "tenant" })), 400, "name"),
-        // The device's own file under another name.
-        (d_with(json!({ "path": "./disk.img" })), 400, "path"),
-        // A CPU the daemon may not run on.
-        (
-            d_with(json!({ "cpu_affinity": [1023] })),
-            400,
-            "cpu_affinity",
-        ),
-    ];
-    for (body, want, field) in refusals {
-        let (status, e) = call("POST", "/v1/volumes", body.clone());
-        assert_eq!(status, want, "{body}: {e}");
-        if !field.is_empty() {
-            assert_eq!(e["field"], field, "{body}: {e}");
-        }
-    }
+    refused_additions_name_their_field(&d, &c);
     assert!(!d.path("d.sock").exists());
     let (status, e) = call("DELETE", "/v1/groups/tenant", serde_json::Value::Null);
     assert_eq!(status, 409, "{e}");
@@ -229,6 +197,43 @@ fn added_and_removed_nodes_survive_a_restart() {
         client.buf()[..data.len()] == data[..],
         "the added volume kept its data"
     );
+}
+
+/// Adding a volume that is wrong in one field is refused with the right status, naming the
+/// field. `taken`: a volume already added.
+fn refused_additions_name_their_field(d: &DaemonProcess, taken: &serde_json::Value) {
+    // Volume "d", 4 MiB, with `extra` keys.
+    let d_with = |extra: serde_json::Value| {
+        let mut body = json!({ "name": "d", "socket": "d.sock", "size": "4MiB" });
+        for (key, value) in extra.as_object().unwrap() {
+            body[key] = value.clone();
+        }
+        body
+    };
+    let refusals = [
+        (taken.clone(), 400, "name"),
+        (d_with(json!({ "offset": "4MiB" })), 400, "offset"),
+        (d_with(json!({ "socket": "a.sock" })), 400, "socket"),
+        (d_with(json!({ "colour": 1 })), 400, "colour"),
+        (d_with(json!({ "group": "nope" })), 400, "group"),
+        (d_with(json!({ "size": "64MiB" })), 409, ""),
+        (d_with(json!({ "name": "tenant" })), 400, "name"),
+        // The device's own file under another name.
+        (d_with(json!({ "path": "./disk.img" })), 400, "path"),
+        // A CPU the daemon may not run on.
+        (
+            d_with(json!({ "cpu_affinity": [1023] })),
+            400,
+            "cpu_affinity",
+        ),
+    ];
+    for (body, want, field) in refusals {
+        let (status, e) = control_call(d, "POST", "/v1/volumes", Some(&body));
+        assert_eq!(status, want, "{body}: {e}");
+        if !field.is_empty() {
+            assert_eq!(e["field"], field, "{body}: {e}");
+        }
+    }
 }
 
 /// `ctl` adds and removes groups and volumes as the REST API does.

@@ -7,6 +7,90 @@ use crate::daemon::{config, volume, DaemonProcess};
 use crate::malformed::*;
 use crate::raw_frontend::*;
 
+/// A discard or write-zeroes request's one segment and its expected status:
+/// (type, sector, num_sectors, flags, status, what).
+type RangeCase = (u32, u64, u32, u32, Option<u8>, &'static str);
+const RANGE_CASES: &[RangeCase] = &[
+    (T_DISCARD, 0, 8, 1, UNSUPP, "discard with the unmap flag"),
+    (T_DISCARD, 0, 8, 2, UNSUPP, "discard with an unknown flag"),
+    (
+        T_WRITE_ZEROES,
+        0,
+        8,
+        2,
+        UNSUPP,
+        "write-zeroes with an unknown flag",
+    ),
+    (T_DISCARD, 0, u32::MAX, 0, IOERR, "huge discard"),
+    (T_WRITE_ZEROES, 0, u32::MAX, 0, IOERR, "huge write-zeroes"),
+    (
+        T_WRITE_ZEROES,
+        0,
+        (32 << 20) / 512 + 1,
+        0,
+        IOERR,
+        "write-zeroes over max_write_zeroes_sectors",
+    ),
+    (T_DISCARD, 0, 0, 0, IOERR, "discard of 0 sectors"),
+    (
+        T_DISCARD,
+        SECTORS - 8,
+        16,
+        0,
+        IOERR,
+        "discard ending past the volume",
+    ),
+    (
+        T_WRITE_ZEROES,
+        SECTORS - 8,
+        16,
+        1,
+        IOERR,
+        "write-zeroes ending past the volume",
+    ),
+    (
+        T_DISCARD,
+        SECTORS,
+        1,
+        0,
+        IOERR,
+        "discard starting at the end",
+    ),
+    (
+        T_DISCARD,
+        u64::MAX / 512 + 1,
+        8,
+        0,
+        IOERR,
+        "discard whose sector * 512 overflows",
+    ),
+    (
+        T_WRITE_ZEROES,
+        u64::MAX - 3,
+        8,
+        0,
+        IOERR,
+        "write-zeroes whose sector overflows",
+    ),
+    (
+        T_DISCARD,
+        SECTORS - 8,
+        8,
+        0,
+        OK,
+        "discard of the last 4 KiB",
+    ),
+    (
+        T_WRITE_ZEROES,
+        SECTORS - 16,
+        16,
+        0,
+        OK,
+        "write-zeroes of the last 8 KiB",
+    ),
+    (T_WRITE_ZEROES, 0, 8, 1, OK, "write-zeroes with unmap"),
+];
+
 #[test]
 fn discard_and_write_zeroes_flags_sizes_and_ranges() {
     let (_d, mut f) = setup("");
@@ -26,89 +110,7 @@ fn discard_and_write_zeroes_flags_sizes_and_ranges() {
         seed += 1;
         assert_serving(f, 0, seed);
     };
-    // (type, sector, num_sectors, flags, expected status, what)
-    type Case = (u32, u64, u32, u32, Option<u8>, &'static str);
-    let cases: &[Case] = &[
-        (T_DISCARD, 0, 8, 1, UNSUPP, "discard with the unmap flag"),
-        (T_DISCARD, 0, 8, 2, UNSUPP, "discard with an unknown flag"),
-        (
-            T_WRITE_ZEROES,
-            0,
-            8,
-            2,
-            UNSUPP,
-            "write-zeroes with an unknown flag",
-        ),
-        (T_DISCARD, 0, u32::MAX, 0, IOERR, "huge discard"),
-        (T_WRITE_ZEROES, 0, u32::MAX, 0, IOERR, "huge write-zeroes"),
-        (
-            T_WRITE_ZEROES,
-            0,
-            (32 << 20) / 512 + 1,
-            0,
-            IOERR,
-            "write-zeroes over max_write_zeroes_sectors",
-        ),
-        (T_DISCARD, 0, 0, 0, IOERR, "discard of 0 sectors"),
-        (
-            T_DISCARD,
-            SECTORS - 8,
-            16,
-            0,
-            IOERR,
-            "discard ending past the volume",
-        ),
-        (
-            T_WRITE_ZEROES,
-            SECTORS - 8,
-            16,
-            1,
-            IOERR,
-            "write-zeroes ending past the volume",
-        ),
-        (
-            T_DISCARD,
-            SECTORS,
-            1,
-            0,
-            IOERR,
-            "discard starting at the end",
-        ),
-        (
-            T_DISCARD,
-            u64::MAX / 512 + 1,
-            8,
-            0,
-            IOERR,
-            "discard whose sector * 512 overflows",
-        ),
-        (
-            T_WRITE_ZEROES,
-            u64::MAX - 3,
-            8,
-            0,
-            IOERR,
-            "write-zeroes whose sector overflows",
-        ),
-        (
-            T_DISCARD,
-            SECTORS - 8,
-            8,
-            0,
-            OK,
-            "discard of the last 4 KiB",
-        ),
-        (
-            T_WRITE_ZEROES,
-            SECTORS - 16,
-            16,
-            0,
-            OK,
-            "write-zeroes of the last 8 KiB",
-        ),
-        (T_WRITE_ZEROES, 0, 8, 1, OK, "write-zeroes with unmap"),
-    ];
-    for &(kind, sector, num, flags, want, what) in cases {
+    for &(kind, sector, num, flags, want, what) in RANGE_CASES {
         eprintln!("case: {what}");
         let done = f.range_op(0, kind, sector, num, flags);
         check(&mut f, done, want);

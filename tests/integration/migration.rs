@@ -84,22 +84,7 @@ fn guest_live_migrates_to_a_second_qemu_on_this_host_and_verify_passes() {
     wait_until(30, "the source guest's fio did not start", || {
         served(&d, "vm") >= 2000
     });
-    let mut qmp = Qmp::connect(&d.path("source.qmp"), Duration::from_secs(5));
-    qmp.execute("migrate-set-parameters", json!({"max-bandwidth": 64 << 20}));
-    qmp.execute(
-        "migrate",
-        json!({"uri": format!("unix:{}", incoming.display())}),
-    );
-    let mut migration = Value::Null;
-    wait_until(60, "the migration did not complete", || {
-        migration = qmp.execute("query-migrate", json!({}));
-        let status = migration["status"].as_str().unwrap_or("");
-        assert!(
-            !["failed", "cancelled"].contains(&status),
-            "migration ended: {migration}"
-        );
-        status == "completed"
-    });
+    let migration = migrate(&d.path("source.qmp"), &incoming);
     let at_switch = served(&d, "vm");
     eprintln!(
         "migration completed in {} ms, {} dirty syncs, {} MiB copied, downtime {} ms; {at_switch} requests served before the switch",
@@ -132,4 +117,27 @@ fn guest_live_migrates_to_a_second_qemu_on_this_host_and_verify_passes() {
         "a frontend waited for the other's rings"
     );
     drop(source);
+}
+
+/// Migrates the guest behind QMP socket `qmp` to the QEMU listening on `incoming`, at
+/// 64 MiB/s so that the guest's I/O spans several passes; returns `query-migrate`'s
+/// answer once it completed (failing the test if it failed or was cancelled).
+fn migrate(qmp: &std::path::Path, incoming: &std::path::Path) -> Value {
+    let mut qmp = Qmp::connect(qmp, Duration::from_secs(5));
+    qmp.execute("migrate-set-parameters", json!({"max-bandwidth": 64 << 20}));
+    qmp.execute(
+        "migrate",
+        json!({"uri": format!("unix:{}", incoming.display())}),
+    );
+    let mut migration = Value::Null;
+    wait_until(60, "the migration did not complete", || {
+        migration = qmp.execute("query-migrate", json!({}));
+        let status = migration["status"].as_str().unwrap_or("");
+        assert!(
+            !["failed", "cancelled"].contains(&status),
+            "migration ended: {migration}"
+        );
+        status == "completed"
+    });
+    migration
 }

@@ -1,9 +1,8 @@
 //! Requests on the device: building the io_uring operation for an admitted request
-//! (iovecs over guest memory, O_DIRECT bounce buffers, the emulated disk's deadline,
+//! (iovecs over guest memory, O_DIRECT bounce buffers, the medium's deadline (`io::medium`),
 //! injected faults), and finishing it on completion (copy-back, status, used ring,
 //! counters, the write-zeroes fallback, the report to admission control).
 
-use crate::lock::Locked;
 use std::io;
 use std::sync::Arc;
 
@@ -11,13 +10,12 @@ use virtio_bindings::virtio_blk::{VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryRegion};
 
 use super::{Mem, Popped, Worker};
+use crate::backend::admission::queue::Parked;
 use crate::backend::admission::{Admission, IoKind, IoRequest, Timing};
-use crate::backend::admit_queue::Parked;
-use crate::backend::bounce::BounceBuffer;
-use crate::backend::engine::DeviceOp;
-use crate::backend::request::{RequestKind, Segment};
+use crate::backend::io::bounce::BounceBuffer;
+use crate::backend::io::engine::DeviceOp;
+use crate::backend::virtio::request::{RequestKind, Segment};
 use crate::backend::volume::VolumeCounters;
-use crate::cost_model::CostInput;
 use crate::emulated::faults::{Fault, FaultError};
 use crate::monotonic::monotonic_now_ns;
 use crate::stage_trace::{self, Stage};
@@ -180,35 +178,14 @@ impl<A: Admission> Worker<A> {
         // The iovecs hold what the data segments said; their vector goes to the next parse
         // (which empties it).
         self.segment_pool.push(p.req.data);
-        let op = if disk.file.is_none() {
-            DeviceOp::Nop
-        } else {
-            op
-        };
-        let mut deadline = self.emulated_deadline(&record.io, host_offset);
+        let (op, mut deadline) =
+            self.medium
+                .prepare(op, record.io.kind, host_offset, record.io.len);
         if let Some(fault) = fault.filter(|f| f.error == FaultError::Stall) {
             let held = monotonic_now_ns().saturating_add(fault.stall_ns);
             deadline = Some(deadline.map_or(held, |d| d.max(held)));
         }
         self.submit_op(record, op, deadline);
-    }
-
-    /// `kind = "emulated"`: when the emulated disk completes this request, on
-    /// CLOCK_MONOTONIC. It sees this worker's requests in order, for its seq/rand pricing.
-    fn emulated_deadline(&mut self, io: &IoRequest, host_offset: u64) -> Option<u64> {
-        let emulated = self.volume.shared.emulated.as_ref()?;
-        let input = CostInput {
-            kind: io.kind,
-            offset: host_offset,
-            len: io.len,
-            prev_end: self.emulated_prev_end,
-        };
-        if io.kind != IoKind::Flush {
-            self.emulated_prev_end = Some(host_offset.saturating_add(io.len));
-        }
-        let now = monotonic_now_ns();
-        let mut disk = emulated.locked();
-        Some(disk.serve(now, &input).done_ns)
     }
 
     /// Hands `op` to the kernel on behalf of `record` (its completion held until

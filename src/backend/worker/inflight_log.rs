@@ -1,11 +1,11 @@
-//! The worker's side of inflight tracking ([`crate::backend::inflight_log`]): a queue's
+//! The worker's side of inflight tracking ([`crate::backend::virtio::inflight_log`]): a queue's
 //! pops are marked in its log before their requests are submitted, in pop order; a batch
 //! of used entries is linked before the used index is stored and cleared after; the
 //! requests a previous run left in flight are parsed again before anything new is popped.
 
 use super::Worker;
 use crate::backend::admission::Admission;
-use crate::backend::inflight_log::QueueLog;
+use crate::backend::virtio::inflight_log::QueueLog;
 use crate::emulated::crash::{self, CrashPoint};
 
 impl<A: Admission> Worker<A> {

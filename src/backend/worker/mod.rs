@@ -4,7 +4,7 @@
 //! volume has several `workers`; design §8.11). On a kick it pops descriptor
 //! chains, parses and validates them, and appends them to the worker's FIFO
 //! ([`ring`]). `dispatch` then lets the FIFO head go when admission control (QoS) admits
-//! it and a device slot is free ([`super::admit_queue`]), and hands it to io_uring
+//! it and a device slot is free ([`crate::backend::admission::queue`]), and hands it to io_uring
 //! ([`inflight`]). Completions write the status byte, return the chain to the used ring,
 //! and let the next parked requests go. Nothing here blocks: a throttled request waits on
 //! a timerfd, a request without a device slot on a wake eventfd, both on this worker's
@@ -26,13 +26,14 @@ use vmm_sys_util::eventfd::EventFd;
 use vmm_sys_util::timerfd::TimerFd;
 
 use self::records::Records;
-use super::admission::{Admission, Timing};
-use super::admit_queue::{AdmitQueue, Next, Parked, WaitDeadline};
-use super::engine::Engine;
-use super::guest_memory::{CurrentMemory, Mem};
-use super::lease::ConnectionLease;
-use super::request::{ChainLayout, RequestKind, Segment};
-use super::volume::Volume;
+use crate::backend::admission::queue::{AdmitQueue, Next, Parked, WaitDeadline};
+use crate::backend::admission::{Admission, Timing};
+use crate::backend::guest_memory::{CurrentMemory, Mem};
+use crate::backend::io::engine::Engine;
+use crate::backend::io::medium::Medium;
+use crate::backend::virtio::request::{ChainLayout, RequestKind, Segment};
+use crate::backend::volume::lease::ConnectionLease;
+use crate::backend::volume::Volume;
 use crate::logging::LogLimiter;
 
 pub type Vring = VringRwLock<vm_memory::GuestMemoryAtomic<Mem>>;
@@ -82,7 +83,7 @@ pub struct Worker<A: Admission> {
     waiting_for_slot: bool,
     /// The frontend acked LOG_ALL (a migration): reads log the guest pages they wrote.
     pub dirty_logging: bool,
-    /// This connection in the volume's data-plane lease ([`crate::backend::lease`]).
+    /// This connection in the volume's data-plane lease ([`crate::backend::volume::lease`]).
     lease: Arc<ConnectionLease>,
     /// Queues served (kicked while ready) since they were last stopped: the connection
     /// holds the lease while any worker's is not empty.
@@ -121,8 +122,8 @@ pub struct Worker<A: Admission> {
     segment_pool: Vec<Vec<Segment>>,
     /// Completions to report to admission control, once per pump (see `settle`).
     settled: Vec<(A::Ticket, Timing)>,
-    /// End of this volume's previous request on the emulated disk.
-    emulated_prev_end: Option<u64>,
+    /// What serves this worker's operations (file, null or emulated).
+    medium: Medium,
     /// Chains popped plus completions reaped, ever: polling's measure of work found.
     progress: u64,
     poll: poll::PollWindow,
@@ -155,12 +156,8 @@ impl<A: Admission> Worker<A> {
     ) -> io::Result<Self> {
         let served = queues.mask(volume.num_queues).count_ones().max(1);
         let depth = u32::from(volume.queue_size) * served;
-        // An emulated request takes two entries: the operation and its deadline.
-        let entries = if volume.shared.emulated.is_some() {
-            depth * 2
-        } else {
-            depth
-        };
+        let medium = Medium::new(volume.disk.file.is_some(), volume.shared.emulated.as_ref());
+        let entries = depth * medium.entries_per_op();
         let file = volume
             .disk
             .file
@@ -192,7 +189,7 @@ impl<A: Admission> Worker<A> {
             popped_heads: Vec::new(),
             segment_pool: Vec::new(),
             settled: Vec::with_capacity(depth.min(4096) as usize),
-            emulated_prev_end: None,
+            medium,
             progress: 0,
             poll: poll::PollWindow::new(volume.shared.poll_max_ns),
             polled_queues: 0,

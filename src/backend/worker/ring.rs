@@ -1,7 +1,7 @@
 //! The virtio side of a worker: popping descriptor chains (and noticing a guest that
 //! breaks the ring protocol), answering GET_ID and invalid requests at once, returning
 //! chains to the used ring and notifying the guest once per batch. The rings themselves
-//! are read and written through [`crate::backend::split_ring`].
+//! are read and written through [`crate::backend::virtio::split_ring`].
 
 use std::io;
 use std::sync::atomic::Ordering;
@@ -14,9 +14,9 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend};
 
 use super::{Mem, Popped, Vring, Worker};
 use crate::backend::admission::{Admission, IoKind, IoRequest};
-use crate::backend::chain;
-use crate::backend::request::{self, ChainLayout, Request, RequestError, RequestKind};
-use crate::backend::split_ring::SplitRing;
+use crate::backend::virtio::chain;
+use crate::backend::virtio::request::{self, ChainLayout, Request, RequestError, RequestKind};
+use crate::backend::virtio::split_ring::SplitRing;
 use crate::backend::volume::VolumeCounters;
 use crate::emulated::crash::{self, CrashPoint};
 use crate::monotonic::monotonic_now_ns;

@@ -328,44 +328,58 @@ pub fn parse_reusing(
             if writable_len != 0 {
                 return Err(wrong_direction());
             }
-            if readable_len != DISCARD_SEGMENT_LEN {
-                return Err(RequestError::BadSegmentPayload(readable_len));
-            }
-            let mut seg = [0u8; DISCARD_SEGMENT_LEN as usize];
-            gather(&layout.readable, HEADER_LEN, &mut seg, &mut read)?;
-            let seg_sector = u64::from_le_bytes(seg[0..8].try_into().unwrap());
-            let num_sectors = u32::from_le_bytes(seg[8..12].try_into().unwrap());
-            let flags = u32::from_le_bytes(seg[12..16].try_into().unwrap());
-            let (kind, limit) = if kind == RequestKind::Discard {
-                // The spec: discard with the unmap flag (or any flag) is UNSUPP.
-                if flags != 0 {
-                    return Err(RequestError::UnsupportedFlags(flags));
-                }
-                (kind, limits.max_discard_sectors)
-            } else {
-                if flags & !VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP != 0 {
-                    return Err(RequestError::UnsupportedFlags(flags));
-                }
-                let unmap = flags & VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP != 0;
-                (
-                    RequestKind::WriteZeroes { unmap },
-                    limits.max_write_zeroes_sectors,
-                )
-            };
-            if num_sectors == 0 {
-                return Err(RequestError::BadLength(0));
-            }
-            if num_sectors > limit {
-                return Err(RequestError::SegmentTooLarge(num_sectors, limit));
-            }
-            if limits.read_only {
-                return Err(RequestError::ReadOnly);
-            }
-            let len = u64::from(num_sectors) << SECTOR_SHIFT;
-            let offset = check_range(seg_sector, len, limits.capacity)?;
+            let (kind, offset, len) =
+                parse_range_segment(layout, limits, kind, readable_len, &mut read)?;
             Ok(request(kind, offset, len, data))
         }
     }
+}
+
+/// A discard or write-zeroes request's one segment (sector, count, flags), checked against
+/// `limits`: the kind with its unmap flag, and the byte range.
+fn parse_range_segment(
+    layout: &ChainLayout,
+    limits: &Limits,
+    kind: RequestKind,
+    readable_len: u64,
+    read: &mut impl FnMut(u64, &mut [u8]) -> bool,
+) -> Result<(RequestKind, u64, u64), RequestError> {
+    if readable_len != DISCARD_SEGMENT_LEN {
+        return Err(RequestError::BadSegmentPayload(readable_len));
+    }
+    let mut seg = [0u8; DISCARD_SEGMENT_LEN as usize];
+    gather(&layout.readable, HEADER_LEN, &mut seg, read)?;
+    let seg_sector = u64::from_le_bytes(seg[0..8].try_into().unwrap());
+    let num_sectors = u32::from_le_bytes(seg[8..12].try_into().unwrap());
+    let flags = u32::from_le_bytes(seg[12..16].try_into().unwrap());
+    let (kind, limit) = if kind == RequestKind::Discard {
+        // The spec: discard with the unmap flag (or any flag) is UNSUPP.
+        if flags != 0 {
+            return Err(RequestError::UnsupportedFlags(flags));
+        }
+        (kind, limits.max_discard_sectors)
+    } else {
+        if flags & !VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP != 0 {
+            return Err(RequestError::UnsupportedFlags(flags));
+        }
+        let unmap = flags & VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP != 0;
+        (
+            RequestKind::WriteZeroes { unmap },
+            limits.max_write_zeroes_sectors,
+        )
+    };
+    if num_sectors == 0 {
+        return Err(RequestError::BadLength(0));
+    }
+    if num_sectors > limit {
+        return Err(RequestError::SegmentTooLarge(num_sectors, limit));
+    }
+    if limits.read_only {
+        return Err(RequestError::ReadOnly);
+    }
+    let len = u64::from(num_sectors) << SECTOR_SHIFT;
+    let offset = check_range(seg_sector, len, limits.capacity)?;
+    Ok((kind, offset, len))
 }
 
 /// Converts a sector and a length to a byte offset, refusing anything that overflows or

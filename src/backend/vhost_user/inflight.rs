@@ -1,5 +1,5 @@
 //! Inflight I/O tracking for one connection (`VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD`, see
-//! [`super::inflight_log`]): the region a frontend asks for or hands back, and the
+//! [`crate::backend::virtio::inflight_log`]): the region a frontend asks for or hands back, and the
 //! recovery of each queue from it when the queue starts.
 //!
 //! A queue starts when its kick fd arrives (after the frontend's SET_INFLIGHT_FD). If the
@@ -21,10 +21,10 @@ use vhost::vhost_user::message::VhostUserInflight;
 use vhost_user_backend::VringT;
 use virtio_queue::QueueT;
 
-use super::admission::Admission;
-use super::inflight_log::Region;
-use super::vhost::VolumeBackend;
-use super::worker::Vring;
+use crate::backend::admission::Admission;
+use crate::backend::vhost_user::connection::VolumeBackend;
+use crate::backend::virtio::inflight_log::Region;
+use crate::backend::worker::Vring;
 
 impl<A: Admission> VolumeBackend<A> {
     /// GET_INFLIGHT_FD: a new region for this connection.

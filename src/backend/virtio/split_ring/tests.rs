@@ -1,5 +1,5 @@
 use super::*;
-use crate::backend::request::Segment;
+use crate::backend::virtio::request::Segment;
 use virtio_queue::QueueT;
 use vm_memory::GuestMemoryMmap;
 

@@ -25,7 +25,7 @@ use vm_memory::{
     VolatileSlice,
 };
 
-use super::request::{ChainLayout, RequestError};
+use crate::backend::virtio::request::{ChainLayout, RequestError};
 
 const DESCRIPTOR_SIZE: usize = 16;
 /// flags and idx before the avail ring's entries, and before the used ring's.

@@ -6,16 +6,16 @@
 //! to switch migration logging. Worker `t` of a
 //! volume with `workers = n` serves queues `t`, `t + n`, `t + 2n`...; a volume has one
 //! worker unless configured otherwise. The connection's memory tables are handled in
-//! [`super::vhost_memory`], its inflight region in [`super::vhost_inflight`].
+//! [`crate::backend::vhost_user::memory_tables`], its inflight region in [`crate::backend::vhost_user::inflight`].
 
-use super::admission::Admission;
-use super::blk_config::{self, BlkConfig};
-use super::guest_memory::CurrentMemory;
-use super::guest_memory::Mem;
-use super::lease::ConnectionLease;
-use super::vhost_memory::MemoryTables;
-use super::volume::Volume;
-use super::worker::{QueueNumbers, Vring, Worker};
+use crate::backend::admission::Admission;
+use crate::backend::guest_memory::CurrentMemory;
+use crate::backend::guest_memory::Mem;
+use crate::backend::vhost_user::memory_tables::MemoryTables;
+use crate::backend::virtio::blk_config::{self, BlkConfig};
+use crate::backend::volume::lease::ConnectionLease;
+use crate::backend::volume::Volume;
+use crate::backend::worker::{QueueNumbers, Vring, Worker};
 use crate::lock::Locked;
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -66,12 +66,12 @@ pub struct VolumeBackend<A: Admission> {
     placed: Vec<std::sync::Once>,
     mem: CurrentMemory,
     tokens: Tokens,
-    /// This connection's first message ([`super::handshake`]).
-    pub handshake: Arc<super::handshake::Handshake>,
+    /// This connection's first message ([`crate::backend::vhost_user::handshake`]).
+    pub handshake: Arc<crate::backend::vhost_user::handshake::Handshake>,
     /// The memory tables the frontend gave, guarded against SIGBUS
-    /// ([`super::vhost_memory`]).
+    /// ([`crate::backend::vhost_user::memory_tables`]).
     tables: MemoryTables,
-    /// [`super::sigbus::Registration::faults`] when this volume last looked.
+    /// [`crate::backend::guest_memory::sigbus::Registration::faults`] when this volume last looked.
     seen_faults: std::sync::atomic::AtomicUsize,
     /// Written once the connection is over: the vring worker threads end (see
     /// `exit_event`). Nothing else reads it, and it closes with the backend.
@@ -79,8 +79,8 @@ pub struct VolumeBackend<A: Admission> {
     /// The channel to the frontend (SET_BACKEND_REQ_FD), if it set one up.
     backend_req: Mutex<Option<vhost::vhost_user::Backend>>,
     /// The inflight-tracking region of this connection, if its frontend set one up
-    /// ([`super::vhost_inflight`]).
-    inflight: Mutex<Option<Arc<super::inflight_log::Region>>>,
+    /// ([`crate::backend::vhost_user::inflight`]).
+    inflight: Mutex<Option<Arc<crate::backend::virtio::inflight_log::Region>>>,
 }
 
 impl<A: Admission> VolumeBackend<A> {
@@ -177,7 +177,7 @@ impl<A: Admission> VolumeBackend<A> {
     /// The inflight-tracking region of this connection.
     pub(super) fn inflight_region(
         &self,
-    ) -> MutexGuard<'_, Option<Arc<super::inflight_log::Region>>> {
+    ) -> MutexGuard<'_, Option<Arc<crate::backend::virtio::inflight_log::Region>>> {
         self.inflight.locked()
     }
 
@@ -299,7 +299,7 @@ fn round_robin_masks(num_queues: u16, workers: u16) -> Vec<u64> {
 impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
     /// Guest writes through vm-memory (used ring, status bytes, bounced copies) mark the
     /// migration log when one is set; io_uring's reads are marked by the worker.
-    type Bitmap = super::dirty_log::DirtyLog;
+    type Bitmap = crate::backend::guest_memory::dirty_log::DirtyLog;
     type Vring = Vring;
 
     fn num_queues(&self) -> usize {
@@ -366,7 +366,7 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
     }
 
     /// A new memory table (SET_MEM_TABLE, ADD_MEM_REG, REM_MEM_REG), already mapped by
-    /// the vhost-user-backend crate ([`super::vhost_memory`]).
+    /// the vhost-user-backend crate ([`crate::backend::vhost_user::memory_tables`]).
     fn update_memory(&self, mem: GuestMemoryAtomic<Mem>) -> io::Result<()> {
         self.tables.accept(mem, &self.mem, &self.volume.name)
     }
@@ -432,7 +432,7 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
                 Ok(())
             }
         };
-        let faults = super::sigbus::Registration::faults();
+        let faults = crate::backend::guest_memory::sigbus::Registration::faults();
         if faults
             != self
                 .seen_faults

@@ -8,25 +8,25 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryRegion};
 
-use super::guest_memory::{CurrentMemory, Mem};
+use crate::backend::guest_memory::{CurrentMemory, Mem};
 use crate::logging::LogLimiter;
 
 /// A memory table's regions registered with the SIGBUS handler, until the next table
 /// finds that nothing can use it any more (`MemoryTables::guard`).
 struct GuardedTable {
     table: std::sync::Weak<Mem>,
-    registration: super::sigbus::Registration,
+    registration: crate::backend::guest_memory::sigbus::Registration,
 }
 
 /// The memory tables one connection was given.
 pub(super) struct MemoryTables {
     /// Refused memory tables are logged at most once a second.
     refused: Mutex<LogLimiter>,
-    /// The memory tables whose regions are guarded against SIGBUS ([`super::sigbus`]):
+    /// The memory tables whose regions are guarded against SIGBUS ([`crate::backend::guest_memory::sigbus`]):
     /// the accepted one, and older ones still held by requests in flight.
     guarded: Mutex<Vec<GuardedTable>>,
     /// The last memory table accepted: its regions hold the migration log, if one was
-    /// set, for the next table's regions ([`super::dirty_log::carry_over`]).
+    /// set, for the next table's regions ([`crate::backend::guest_memory::dirty_log::carry_over`]).
     seen_mem: Mutex<Option<Arc<Mem>>>,
 }
 
@@ -43,7 +43,7 @@ impl Default for MemoryTables {
 impl MemoryTables {
     /// A new memory table (SET_MEM_TABLE, ADD_MEM_REG, REM_MEM_REG), already mapped by
     /// the vhost-user-backend crate. One the frontend may not use
-    /// ([`super::guest_memory::check`]) is unmapped at once and the request fails; the
+    /// ([`crate::backend::guest_memory::check`]) is unmapped at once and the request fails; the
     /// volume's queues then see no memory until a valid table arrives.
     /// `current`: what the volume's workers load; `volume`: its name for the log.
     pub(super) fn accept(
@@ -56,7 +56,7 @@ impl MemoryTables {
         // it is refused below: guard it first.
         let table = mem.memory().into_inner();
         self.guard(&table);
-        if let Err(e) = super::guest_memory::check(&table) {
+        if let Err(e) = crate::backend::guest_memory::check(&table) {
             mem.lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .replace(Mem::new());
@@ -73,7 +73,7 @@ impl MemoryTables {
             let mut seen = self.seen_mem.locked();
             if let Some(old) = seen.as_ref() {
                 let (old, new): (Vec<_>, Vec<_>) = (old.iter().collect(), new.iter().collect());
-                if let Err(e) = super::dirty_log::carry_over(&old, &new) {
+                if let Err(e) = crate::backend::guest_memory::dirty_log::carry_over(&old, &new) {
                     tracing::warn!(volume, "the migration log does not cover the new memory table ({e}): its writes there are not logged until the next SET_LOG_BASE");
                 }
             }
@@ -125,7 +125,7 @@ impl MemoryTables {
             .map(|r| (r.as_ptr() as usize, r.len() as usize));
         guarded.push(GuardedTable {
             table: Arc::downgrade(table),
-            registration: super::sigbus::Registration::new(ranges),
+            registration: crate::backend::guest_memory::sigbus::Registration::new(ranges),
         });
     }
 

@@ -1,8 +1,8 @@
 //! One popped descriptor chain to a validated request: where the split ring's chain walk
-//! ([`super::split_ring`]) meets the transport-free parser of [`super::request`].
+//! ([`crate::backend::virtio::split_ring`]) meets the transport-free parser of [`crate::backend::virtio::request`].
 
-use super::request::{self, ChainLayout, Limits, Request, RequestError, Segment};
-use super::split_ring::SplitRing;
+use crate::backend::virtio::request::{self, ChainLayout, Limits, Request, RequestError, Segment};
+use crate::backend::virtio::split_ring::SplitRing;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, VolatileMemory};
 
 const HEADER_LEN: usize = request::HEADER_LEN as usize;

@@ -5,13 +5,13 @@
 //! other volumes keep running. Each socket takes one frontend at a time, so a volume has
 //! at most two, and the volume's data-plane lease lets only one of them use the rings.
 
-use super::acceptor::{Acceptable, Acceptor, Token};
-use super::admission::Admission;
-use super::guest_memory::Mem;
-use super::handshake::HANDSHAKE_TIMEOUT;
-use super::peer::peer_cred;
-use super::vhost::VolumeBackend;
-use super::volume::{Volume, VolumeCounters};
+use crate::backend::admission::Admission;
+use crate::backend::guest_memory::Mem;
+use crate::backend::vhost_user::acceptor::{Acceptable, Acceptor, Token};
+use crate::backend::vhost_user::connection::VolumeBackend;
+use crate::backend::vhost_user::handshake::HANDSHAKE_TIMEOUT;
+use crate::backend::volume::peer::peer_cred;
+use crate::backend::volume::{Volume, VolumeCounters};
 use crate::lock::Locked;
 use crate::logging::LogLimiter;
 use std::io;

@@ -1,7 +1,7 @@
 //! A SIGBUS in guest memory is that frontend's problem, not the daemon's.
 //!
 //! Guest memory is the frontend's file (a memfd, a hugetlbfs or /dev/shm file) mapped
-//! shared. [`super::guest_memory::check`] refuses a region larger than its file, but a
+//! shared. [`crate::backend::guest_memory::check`] refuses a region larger than its file, but a
 //! hostile frontend can shrink the file afterwards (`ftruncate`), and the next access to a
 //! page past the new end raises SIGBUS, whose default action kills the whole daemon and
 //! every volume with it. Only a memfd sealed against shrinking (`F_SEAL_SHRINK`) rules

@@ -2,6 +2,11 @@
 //! report its completion. Everything else (weights, vtime, the planner) stays behind this
 //! trait, so the data path can run without QoS and the QoS core can be tested without a
 //! data path. The request description ([`IoRequest`]) is the QoS core's own plain-data type.
+//!
+//! [`queue`]: the volume's FIFO in front of admission (only its head is offered;
+//! shared with the simulator).
+
+pub(crate) mod queue;
 
 pub use crate::qos::{Decision, IoKind, IoRequest, Timing};
 

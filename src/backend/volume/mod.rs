@@ -1,21 +1,22 @@
 //! A volume: one guest disk, a byte range of the shared host disk or a file (or block
 //! device) of its own, and the state that outlives any one vhost-user connection (its QoS
 //! handle and its counters).
+//!
+//! [`lease`]: which of a volume's two connections (its socket and its hand-over socket)
+//! may use the rings; [`peer`]: whose connections a volume serves.
 
-use super::admission::Admission;
-use super::disk::HostDisk;
-use super::request::Limits;
-use super::slots::DeviceSlots;
+pub(crate) mod lease;
+pub mod peer;
+
+use crate::backend::admission::Admission;
+use crate::backend::io::disk::HostDisk;
+use crate::backend::io::slots::DeviceSlots;
+use crate::backend::virtio::blk_config::{MAX_DISCARD_SECTORS, MAX_WRITE_ZEROES_SECTORS};
+use crate::backend::virtio::request::Limits;
 use crate::config::VolumeConfig;
 use crate::lock::Locked;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-
-/// Largest discard and write-zeroes we accept in one request, in 512-byte sectors. Linux
-/// splits larger ones itself. Write-zeroes is smaller because it may fall back to writing a
-/// zero buffer of that size.
-pub const MAX_DISCARD_SECTORS: u32 = (1 << 30) >> 9;
-pub const MAX_WRITE_ZEROES_SECTORS: u32 = (32 << 20) >> 9;
 
 /// The host disk as the volumes share it: its data and the device whose time and slots
 /// they share (volumes with files of their own too).
@@ -23,7 +24,7 @@ pub struct SharedDisk {
     pub disk: std::sync::Arc<HostDisk>,
     pub slots: DeviceSlots,
     /// `kind = "emulated"`: when each request completes.
-    pub emulated: Option<std::sync::Mutex<crate::emulated::EmulatedDisk>>,
+    pub emulated: Option<std::sync::Arc<std::sync::Mutex<crate::emulated::EmulatedDisk>>>,
     /// `[[device.emulated.faults]]`: device errors on demand (empty otherwise).
     pub faults: crate::emulated::FaultPlan,
     /// `device.poll_max` in ns: how long a worker may poll for work (design §8.10).
@@ -70,7 +71,7 @@ pub struct Volume<A: Admission> {
     pub socket_mode: Option<u32>,
     pub socket_gid: Option<u32>,
     /// Whose connections are served (`allowed_uids`, `allowed_gids`).
-    pub peers: super::peer::PeerFilter,
+    pub peers: crate::backend::volume::peer::PeerFilter,
     /// Where the volume's bytes are: the shared host disk, or its own file.
     pub disk: std::sync::Arc<HostDisk>,
     /// First byte of this volume on `disk`.
@@ -88,7 +89,7 @@ pub struct Volume<A: Admission> {
     pub admission: A,
     pub counters: VolumeCounters,
     /// Which connection may use the rings: the socket's or the hand-over socket's.
-    pub lease: std::sync::Arc<super::lease::DataPlaneLease>,
+    pub lease: std::sync::Arc<crate::backend::volume::lease::DataPlaneLease>,
     /// Worker threads per connection (`workers`), each serving every `workers`-th queue.
     pub workers: u16,
     /// The CPU each worker thread is pinned to, worker `t` to the `t % len`-th (empty:
@@ -114,7 +115,7 @@ impl<A: Admission> Volume<A> {
             socket: cfg.socket.clone(),
             socket_mode: cfg.socket_mode.map(|m| m.0),
             socket_gid: None,
-            peers: super::peer::PeerFilter {
+            peers: crate::backend::volume::peer::PeerFilter {
                 uids: cfg.allowed_uids.clone().unwrap_or_default(),
                 gids: cfg.allowed_gids.clone().unwrap_or_default(),
             },

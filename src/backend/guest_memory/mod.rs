@@ -9,7 +9,13 @@
 //! and the frontend's request fails, on its connection only.
 //!
 //! A frontend that shrinks its memory file *after* the check (ftruncate) makes a later
-//! access fault; [`super::sigbus`] confines that to its own regions.
+//! access fault; [`crate::backend::guest_memory::sigbus`] confines that to its own regions.
+//!
+//! [`dirty_log`]: the migration log over guest memory; [`sigbus`]: surviving a mapping
+//! whose file a frontend shrinks.
+
+pub(crate) mod dirty_log;
+pub(crate) mod sigbus;
 
 use crate::lock::RwLocked;
 use std::sync::{Arc, RwLock};
@@ -17,7 +23,7 @@ use std::sync::{Arc, RwLock};
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryRegion};
 
 /// Guest memory, with the migration log's dirty bitmap per region (design §8.8).
-pub type Mem = vm_memory::GuestMemoryMmap<super::dirty_log::DirtyLog>;
+pub type Mem = vm_memory::GuestMemoryMmap<crate::backend::guest_memory::dirty_log::DirtyLog>;
 
 /// Regions per connection: the slots the vhost-user-backend crate advertises
 /// (GET_MAX_MEM_SLOTS).

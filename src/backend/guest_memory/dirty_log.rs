@@ -18,7 +18,7 @@ use vhost_user_backend::bitmap::{AtomicBitmapMmap, BitmapReplace, MemRegionBitma
 use vm_memory::bitmap::{Bitmap, NewBitmap, RefSlice, WithBitmapSlice};
 use vm_memory::{Address, GuestMemoryRegion, GuestRegionMmap};
 
-use super::sigbus::Registration;
+use crate::backend::guest_memory::sigbus::Registration;
 
 /// The log's page size, fixed by the vhost-user protocol.
 const LOG_PAGE: usize = 4096;

@@ -1,7 +1,6 @@
 //! The virtio-blk feature bits and config space a volume advertises.
 
-use super::request::SECTOR_SHIFT;
-use super::volume::{MAX_DISCARD_SECTORS, MAX_WRITE_ZEROES_SECTORS};
+use crate::backend::virtio::request::SECTOR_SHIFT;
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use virtio_bindings::virtio_blk::{
     VIRTIO_BLK_F_BLK_SIZE, VIRTIO_BLK_F_DISCARD, VIRTIO_BLK_F_FLUSH, VIRTIO_BLK_F_MQ,
@@ -9,6 +8,12 @@ use virtio_bindings::virtio_blk::{
 };
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
+
+/// Largest discard and write-zeroes we accept in one request, in 512-byte sectors. Linux
+/// splits larger ones itself. Write-zeroes is smaller because it may fall back to writing a
+/// zero buffer of that size.
+pub const MAX_DISCARD_SECTORS: u32 = (1 << 30) >> 9;
+pub const MAX_WRITE_ZEROES_SECTORS: u32 = (32 << 20) >> 9;
 
 /// Virtio feature bits for a volume.
 pub fn features(read_only: bool) -> u64 {
@@ -46,7 +51,7 @@ pub fn protocol_features() -> VhostUserProtocolFeatures {
         // The dirty log of a migration, shared as a file (SET_LOG_BASE).
         | VhostUserProtocolFeatures::LOG_SHMFD
         // A log of the requests in flight that the frontend keeps across a restart of the
-        // daemon (super::inflight_log).
+        // daemon (crate::backend::virtio::inflight_log).
         | VhostUserProtocolFeatures::INFLIGHT_SHMFD
 }
 
