@@ -12,7 +12,7 @@
 //! Its bounds: too high a vrate lets the aggressor flood the device; the sweep shows the
 //! highest vrate at which the protected tenant still keeps [`READER_KEEPS`] of its solo
 //! IOPS. The controller protects only if it may go down that far, so `min` must not be
-//! above it: that is what the old suggestion, `min = 60`, got wrong. `max` matters only
+//! above it (a `min` of 60, say, stops it at 60 where 50 was needed). `max` matters only
 //! when the model underrates the device and is left as suggested. So `tune` agrees with
 //! `profile` unless the suggested `min` is above every vrate that protected, and then
 //! says so and suggests that vrate.
@@ -381,7 +381,7 @@ mod tests {
         assert!(points[2].balanced() && !points[1].balanced() && !points[3].protects());
         let suggested = QosConfig::default();
         assert_eq!(bounds(&points, &suggested), ((25.0, 400.0), None));
-        // min = 60, the old suggestion: the controller could not get down to 50.
+        // min = 60: the controller could not get down to 50.
         let old = QosConfig {
             min: 60.0,
             max: 100.0,
