@@ -15,7 +15,7 @@
 //! and the tenants' own queue depths share the device.
 
 use super::lat_stat::LatStat;
-pub use super::tunables::ATTAINED_MEMORY_NS;
+pub use crate::qos::tunables::ATTAINED_MEMORY_NS;
 
 /// When everyone's latency last met the aim.
 #[derive(Clone, Copy, Debug, Default)]

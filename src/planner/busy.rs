@@ -27,7 +27,7 @@
 
 use super::lat_stat::{clearly_met, LatStat, UNBUSY_THR_PCT};
 use super::latency_floor::LatencyTrend;
-pub use super::tunables::{AIM_PCT, BUSY_LEVEL_MAX, RQ_WAIT_BUSY_PCT};
+pub use crate::qos::tunables::{AIM_PCT, BUSY_LEVEL_MAX, RQ_WAIT_BUSY_PCT};
 use crate::vtime::MILLION;
 
 /// What the classification loop found.

@@ -5,7 +5,9 @@
 //! differences since its last run and turns them into the two saturation signals:
 //! missed-latency ppm per direction and rq-wait as a percentage of the period.
 
-pub use super::tunables::{GROSS_MISS_FACTOR, MAX_WINDOW_PERIODS, UNBUSY_THR_PCT, WINDOW_MISSES};
+pub use crate::qos::tunables::{
+    GROSS_MISS_FACTOR, MAX_WINDOW_PERIODS, UNBUSY_THR_PCT, WINDOW_MISSES,
+};
 use crate::vtime::{cdiv, MILLION};
 
 /// A mean latency of `mean_us` against a target of `target_us` (µs) is a gross miss: not

@@ -42,7 +42,7 @@ use crate::qos::shared::{DeviceShared, DeviceState};
 use crate::qos::tree::NodeId;
 
 use super::books::NodeBook;
-pub use super::tunables::{
+pub use crate::qos::tunables::{
     BOOST_MAX, CEILING_BACKOFF_PCT, CEILING_HOLD, CEILING_HOLD_MAX, CEILING_STEP_MAX_PERMILLE,
     CEILING_STEP_PERMILLE, MARGIN_PCT, MET_WINDOWS, PEAK_SPAN_NS, STEP_MAX, WINDOW_MAX_NS,
 };

@@ -34,7 +34,9 @@
 //! there the rule is nearly "115 % of the lowest mean".
 
 use super::lat_stat::is_gross;
-pub use super::tunables::{FLOOR_WINDOW_NS, MEDIAN_PERIODS, NOISE_MARGIN_SE, QUEUE_RISING_PCT};
+pub use crate::qos::tunables::{
+    FLOOR_WINDOW_NS, MEDIAN_PERIODS, NOISE_MARGIN_SE, QUEUE_RISING_PCT,
+};
 use crate::vtime::MILLION;
 
 /// What the mean latency says about the device queue, worst direction first.

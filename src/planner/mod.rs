@@ -44,7 +44,6 @@ pub(crate) mod latency_class;
 pub(crate) mod latency_floor;
 pub(crate) mod service_share;
 mod state;
-pub mod tunables;
 pub(crate) mod usage;
 pub(crate) mod victims;
 pub(crate) mod vrate;

@@ -1,6 +1,6 @@
 //! A volume's recent share of the device's service against the share it is entitled to,
 //! averaged over periods, and the test of whether it is served short ([`super::victims`]).
-pub use super::tunables::{MIN_DEFICIT, OBVIOUS_DEFICIT, SMOOTHING};
+pub use crate::qos::tunables::{MIN_DEFICIT, OBVIOUS_DEFICIT, SMOOTHING};
 
 /// A volume's recent share of the foreground's service, the share it was entitled to
 /// over the same periods, and its completions per period. The entitled share is

@@ -27,8 +27,8 @@ use crate::qos::shared::{DeviceShared, DeviceState};
 
 use super::books::NodeBook;
 use super::service_share::Service;
-pub use super::tunables::{DEFICIT_SE, DEFICIT_SE_PER_DOUBLING, FRESH_AFTER_IDLE_NS};
 use super::PeriodCtx;
+pub use crate::qos::tunables::{DEFICIT_SE, DEFICIT_SE_PER_DOUBLING, FRESH_AFTER_IDLE_NS};
 
 /// The standard errors a deficit must exceed among `nr_foreground` volumes.
 fn deficit_se(nr_foreground: usize) -> f64 {

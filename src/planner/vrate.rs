@@ -32,10 +32,10 @@
 //! the planner discarded out again, within 0.5×..2× of the base; this daemon does not,
 //! design §5.8.)
 
-pub use super::tunables::{
+use crate::qos::shared::{DeviceShared, DeviceState};
+pub use crate::qos::tunables::{
     GROSS_STREAK, VRATE_CLAMP_ADJ_PCT, VRATE_MAX_ADJ_PCT, VRATE_MISS_ADJ_PCT,
 };
-use crate::qos::shared::{DeviceShared, DeviceState};
 use crate::vtime::cdiv;
 
 /// Adjustment percentage for a |busy_level| (design §5.7).

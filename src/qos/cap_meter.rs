@@ -5,6 +5,7 @@
 use std::sync::Mutex;
 
 use super::caps::CapsConfig;
+use super::tunables::TURN_GRACE_NS;
 use crate::cost_model::IoKind;
 use crate::lock::Locked;
 
@@ -118,9 +119,6 @@ struct Member {
     /// Waiting for the meter: when it was told to ask again, ns.
     due_ns: Option<u64>,
 }
-
-/// How long after its retry time a waiting member keeps others waiting for it, ns.
-pub(crate) const TURN_GRACE_NS: u64 = 2_000_000;
 
 impl NodeCaps {
     /// Caps of `config` (already validated) with empty buckets.

@@ -42,14 +42,6 @@ impl std::fmt::Display for Class {
     }
 }
 
-/// While a foreground volume is active, a background volume's device time in flight is
-/// held to this share of a planning period (and one request may always be in flight).
-pub(crate) const BACKGROUND_INFLIGHT_PCT: u64 = 10;
-
-/// The reservation a background volume has when it is given none, ppm of the device's
-/// time: so it is never starved, however busy the foreground.
-pub(crate) const BACKGROUND_FLOOR_PPM: u64 = 10_000;
-
 /// A latency class volume's target: `"p99 2ms"`: the `pct`-th percentile of its requests'
 /// latency in the daemon (from arrival to completion) within `us` microseconds.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -45,6 +45,6 @@ pub enum QosError {
         /// Node name.
         name: String,
         /// What is wrong with it.
-        reason: crate::qos::WeightOutOfRange,
+        reason: crate::qos::weights::WeightOutOfRange,
     },
 }

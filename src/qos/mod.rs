@@ -98,6 +98,7 @@ pub(crate) mod reserve_shares;
 pub(crate) mod shared;
 pub(crate) mod stats;
 pub(crate) mod tree;
+pub mod tunables;
 pub(crate) mod vclock;
 pub(crate) mod volume;
 pub(crate) mod volume_core;

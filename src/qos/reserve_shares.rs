@@ -4,8 +4,8 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::class::BACKGROUND_FLOOR_PPM;
 use super::tree::{Tree, TreeNode, ROOT};
+use super::tunables::BACKGROUND_FLOOR_PPM;
 use crate::cost_model::CostModel;
 
 /// A node's own reserved share, ppm: its `reserve`, or a background volume's floor.

@@ -18,6 +18,7 @@ use super::reserve::reservable_ppm;
 use super::reserve_shares;
 use super::stats::PeriodRecord;
 use super::tree::{NodeId, Tree, ROOT};
+pub use super::tunables::ALONE_AFTER_NS;
 use super::vclock::{Now, VClock};
 use super::volume_core::VolumeCore;
 
@@ -56,10 +57,6 @@ pub(crate) struct DeviceCfg {
     /// The configuration `params` were derived from (kept to re-derive on a model change).
     pub qos: QosConfig,
 }
-
-/// How long after the last moment of contention a volume active alone stops being
-/// throttled.
-pub const ALONE_AFTER_NS: u64 = 1_000_000_000;
 
 /// Everything shared between the device handle, the volume handles and the planner.
 pub(crate) struct DeviceShared {

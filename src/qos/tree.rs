@@ -22,6 +22,7 @@ use crate::vtime::{cdiv_wide, vdiff, WEIGHT_ONE};
 
 use super::cap_meter::NodeCaps;
 use super::class::LatencyTarget;
+use super::tunables::BACKGROUND_DIVISOR;
 use super::volume_core::VolumeCore;
 use super::weights::{NodeWeights, WEIGHT_DEFAULT};
 
@@ -350,11 +351,6 @@ impl Tree {
         }
     }
 }
-
-/// How much less a background node weighs than its configured weight (design §13): a
-/// background volume of weight 100 beside a foreground one of weight 100 has a share of
-/// about 0.1 %.
-pub(crate) const BACKGROUND_DIVISOR: u32 = 1000;
 
 /// The largest weight (× W) a boosted node competes with: room for any sum of weights in
 /// the u32 cells.

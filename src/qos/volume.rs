@@ -27,14 +27,11 @@ use crate::vtime::{
     VTIME_PER_USEC,
 };
 
-use super::class::BACKGROUND_INFLIGHT_PCT;
 use super::request::{Charge, Decision, IoRequest, Timing};
 use super::shared::DeviceShared;
+use super::tunables::{BACKGROUND_INFLIGHT_PCT, INUSE_ADJ_STEP_PCT};
 use super::vclock::Now;
 use super::volume_core::{VolumeCore, HELD_CAP, HELD_CLASS, LAT_SQ_CAP_US};
-
-/// Snapback step: raise inuse by 25 % of active per step (design §3.5).
-const INUSE_ADJ_STEP_PCT: u64 = 25;
 
 /// The per-volume handle the data path uses. `Send + Sync`, but requests of one volume
 /// are admitted by one thread at a time (the data path's worker for that volume; the

@@ -1,6 +1,32 @@
-//! The planner's tunables, in one place (as blk-iocost keeps its own in one table): each
-//! with what it bounds and why it has its value. The modules that use them re-export
-//! them; design §5, §7, §15 explain the rules they belong to.
+//! The controller's tunables, in one place (as blk-iocost keeps its own in one table):
+//! each with what it bounds and why it has its value. The modules that use them re-export
+//! them; design §3, §5, §7, §13, §15 explain the rules they belong to.
+
+// ---- the issue path (design §3): `qos::volume`, `qos::shared`, `qos::cap_meter` ----
+
+/// Snapback step: raise inuse by 25 % of active per step (design §3.5).
+pub const INUSE_ADJ_STEP_PCT: u64 = 25;
+
+/// How long after the last moment of contention a volume active alone stops being
+/// throttled.
+pub const ALONE_AFTER_NS: u64 = 1_000_000_000;
+
+/// How long after its retry time a waiting member keeps others waiting for it, ns.
+pub const TURN_GRACE_NS: u64 = 2_000_000;
+
+// ---- the background class (design §13): `qos::tree`, `qos::class` ----
+
+/// How much less a background node weighs than its configured weight: a background
+/// volume of weight 100 beside a foreground one of weight 100 has a share of about 0.1 %.
+pub const BACKGROUND_DIVISOR: u32 = 1000;
+
+/// While a foreground volume is active, a background volume's device time in flight is
+/// held to this share of a planning period (and one request may always be in flight).
+pub const BACKGROUND_INFLIGHT_PCT: u64 = 10;
+
+/// The reservation a background volume has when it is given none, ppm of the device's
+/// time: so it is never starved, however busy the foreground.
+pub const BACKGROUND_FLOOR_PPM: u64 = 10_000;
 
 // ---- busy_level (design §5.6): `busy` ----
 
