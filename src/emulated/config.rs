@@ -17,8 +17,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::disk::EmulatedDisk;
 use super::faults::FaultRule;
-use super::EmulatedDisk;
 use crate::cost_model::{LinearModel, LinearParams, ModelConfig};
 use crate::duration::DurationUs;
 

@@ -2,7 +2,9 @@
 
 use super::job::{build_tenants, JobFile};
 use super::progress::ProgressMode;
-use super::{fio, format_table, plot, run_with};
+use super::result::format_table;
+use super::runner::run_with;
+use super::{fio, plot};
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]

@@ -27,7 +27,7 @@ use crate::qos::weights::compute_hweight_max;
 use crate::vtime::{after, before, cdiv, cdiv_mul, cost_to_abs_cost, vdiff, MILLION};
 
 use super::busy::Demand;
-use super::{PeriodCtx, PlannerState};
+use super::state::{PeriodCtx, PlannerState};
 
 /// Classify all active volumes; donors are left in `ps.scratch.surpluses`.
 pub(crate) fn classify(

@@ -22,7 +22,7 @@ use crate::qos::tree::{NodeId, Tree, ROOT, W};
 use crate::vtime::cdiv_wide;
 
 use super::books::NodeBook;
-use super::PlannerState;
+use super::state::PlannerState;
 
 use std::sync::atomic::Ordering::Relaxed;
 

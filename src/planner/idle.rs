@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::qos::shared::{DeviceShared, DeviceState};
 
-use super::PeriodCtx;
+use super::state::PeriodCtx;
 
 /// Remove idle volumes from the active list.
 pub(crate) fn deactivate_idle(dev: &DeviceShared, st: &mut DeviceState, ctx: &PeriodCtx) {

@@ -62,23 +62,11 @@ use crate::qos::volume::rate_to_ppm;
 use crate::qos::{Protect, QosDevice};
 use crate::vtime::MILLION;
 use lat_stat::{LatCounts, LatStat};
-pub(crate) use state::PlannerState;
+pub(crate) use state::{PeriodCtx, PlannerState};
 
 pub use busy::{BUSY_LEVEL_MAX, RQ_WAIT_BUSY_PCT};
 pub use lat_stat::UNBUSY_THR_PCT;
 pub use vrate::{vrate_adj_pct, VRATE_CLAMP_ADJ_PCT};
-
-/// Values fixed for one planner run.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct PeriodCtx {
-    pub now: Now,
-    pub period_at_ns: u64,
-    pub period_at_vtime: u64,
-    /// vtime elapsed in this period.
-    pub period_vtime: u64,
-    /// `[1e6 − rppm, 1e6 − wppm]`: allowed misses per direction.
-    pub ppm_thr: [u32; 2],
-}
 
 /// The planner of one device: call [`Planner::plan`] when it says the next period is due.
 /// Its own state (latency window, floor, per-node bookkeeping) is kept here, apart from

@@ -6,6 +6,7 @@
 use super::books::{NodeBook, Scratch};
 use super::lat_stat::LatWindow;
 use super::latency_floor::LatFloors;
+use crate::qos::vclock::Now;
 
 #[derive(Debug, Default)]
 pub(crate) struct PlannerState {
@@ -39,4 +40,16 @@ impl PlannerState {
         }
         (&mut self.nodes[..nr_nodes], &mut self.scratch)
     }
+}
+
+/// Values fixed for one planner run.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PeriodCtx {
+    pub now: Now,
+    pub period_at_ns: u64,
+    pub period_at_vtime: u64,
+    /// vtime elapsed in this period.
+    pub period_vtime: u64,
+    /// `[1e6 − rppm, 1e6 − wppm]`: allowed misses per direction.
+    pub ppm_thr: [u32; 2],
 }

@@ -27,7 +27,7 @@ use crate::qos::shared::{DeviceShared, DeviceState};
 
 use super::books::NodeBook;
 use super::service_share::Service;
-use super::PeriodCtx;
+use super::state::PeriodCtx;
 pub use crate::qos::tunables::{DEFICIT_SE, DEFICIT_SE_PER_DOUBLING, FRESH_AFTER_IDLE_NS};
 
 /// The standard errors a deficit must exceed among `nr_foreground` volumes.

@@ -25,14 +25,8 @@ pub mod simulated;
 pub mod suggest;
 pub(crate) mod uring;
 
-pub use plan::{profile, Job, JobResult, Pattern, Plan, Profile};
+pub use plan::{profile, Job, JobResult, Pattern, Plan, Profile, Target};
 pub use suggest::suggest_qos;
 
 /// Something the profiler can run workloads on.
-pub trait Target {
-    /// Bytes available for I/O (offsets stay below this).
-    fn size(&self) -> u64;
-    /// Runs one job to completion. `progress` is called with the fraction done (0..=1).
-    fn run(&mut self, job: &Job, progress: &mut dyn FnMut(f64)) -> std::io::Result<JobResult>;
-}
 pub mod cli;

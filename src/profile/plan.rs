@@ -1,11 +1,18 @@
 //! The profiling jobs, and how their results become model coefficients and QoS targets.
 
-use super::Target;
 use crate::cost_model::LinearParams;
 use hdrhistogram::Histogram;
 use std::time::Duration;
 
 const KIB4: u64 = 4096;
+
+/// A device `profile` can run jobs on (io_uring on a file, or the simulated disk).
+pub trait Target {
+    /// Bytes available for I/O (offsets stay below this).
+    fn size(&self) -> u64;
+    /// Runs one job to completion. `progress` is called with the fraction done (0..=1).
+    fn run(&mut self, job: &Job, progress: &mut dyn FnMut(f64)) -> std::io::Result<JobResult>;
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pattern {

@@ -2,8 +2,8 @@
 //! service times follow a known linear model exactly, so a profile can be checked against
 //! the truth.
 
+use super::plan::Target;
 use super::plan::{Job, JobResult};
-use super::Target;
 use crate::cost_model::{CostInput, IoKind, LinearModel};
 use crate::emulated::EmulatedDisk;
 use crate::rng::Rng;

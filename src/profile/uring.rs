@@ -1,8 +1,8 @@
 //! Profiling target: a real file or block device, driven with io_uring and O_DIRECT (the
 //! same engine the data path uses).
 
+use super::plan::Target;
 use super::plan::{Job, JobResult};
-use super::Target;
 use crate::backend::io::bounce::BounceBuffer;
 use crate::backend::io::engine::{DeviceOp, Engine};
 use crate::rng::Rng;

@@ -21,10 +21,10 @@ use crate::planner::Planner;
 use crate::qos::{Charge, IoRequest, ManualClock, QosDevice, Timing, VolumeQos};
 
 use super::disk::Disk;
+use super::error::Error;
 use super::report::{Completion, SimResult, TracePoint};
 use super::scenario::Scenario;
 use super::workload::Workload;
-use super::Error;
 use crate::emulated::EmulatedDisk;
 
 /// Index of a request in the slab.

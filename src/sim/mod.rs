@@ -13,6 +13,7 @@
 
 pub(crate) mod disk;
 pub(crate) mod engine;
+pub(crate) mod error;
 pub(crate) mod report;
 pub(crate) mod scenario;
 pub(crate) mod workload;
@@ -29,32 +30,9 @@ mod underserved_tests;
 use std::path::Path;
 
 pub use engine::run;
+pub use error::Error;
 pub use report::{Completion, SimResult, TracePoint};
 pub use scenario::Scenario;
-
-/// Why a simulation could not run.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The scenario file could not be read.
-    #[error("cannot read {path}: {source}")]
-    Io {
-        /// The file.
-        path: String,
-        /// The cause.
-        source: std::io::Error,
-    },
-    /// The scenario is not valid TOML or has unknown keys.
-    #[error("{path}: {message}")]
-    Parse {
-        /// The file.
-        path: String,
-        /// What is wrong.
-        message: String,
-    },
-    /// The scenario is well-formed but inconsistent.
-    #[error("invalid scenario: {0}")]
-    Invalid(String),
-}
 
 /// Parse and run a scenario from TOML text.
 pub fn run_str(text: &str) -> Result<SimResult, Error> {
