@@ -4,96 +4,26 @@
 //! counters, the write-zeroes fallback, the report to admission control).
 
 use std::io;
-use std::sync::Arc;
 
 use virtio_bindings::virtio_blk::{VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryRegion};
 
-use super::{Mem, Popped, Worker};
+use super::records::{InFlight, IOV_MAX};
+use super::state::{Popped, Worker};
 use crate::backend::admission::queue::Parked;
-use crate::backend::admission::{Admission, IoKind, IoRequest, Timing};
+use crate::backend::admission::{Admission, Timing};
+use crate::backend::guest_memory::Mem;
 use crate::backend::io::bounce::BounceBuffer;
 use crate::backend::io::engine::DeviceOp;
 use crate::backend::virtio::request::{RequestKind, Segment};
 use crate::backend::volume::VolumeCounters;
-use crate::emulated::faults::{Fault, FaultError};
+use crate::emulated::faults::FaultError;
 use crate::monotonic::monotonic_now_ns;
 use crate::stage_trace::{self, Stage};
 
-/// Linux caps one readv/writev at this many iovecs; larger requests are bounced.
-const IOV_MAX: usize = 1024;
 /// The largest request copied through a bounce buffer (Linux guests send at most a few
 /// MiB per request; larger unaligned requests fail with IOERR).
 const MAX_BOUNCE_BYTES: usize = 8 << 20;
-
-/// A request the device is working on. Owns everything the kernel points into. Reused
-/// for the worker's next requests ([`super::records`]).
-pub(super) struct InFlight<T> {
-    pub(super) queue: u16,
-    head: u16,
-    kind: RequestKind,
-    io: IoRequest,
-    status_addr: u64,
-    /// Bytes written into guest buffers on success (reads), for the used length.
-    guest_written: u32,
-    iovecs: Vec<libc::iovec>,
-    /// O_DIRECT bounce buffer and, for reads, the guest segments to copy it back into.
-    /// On a write-zeroes request, the zeroed buffer of its retry as a write
-    /// ([`zeroes_to_write`]).
-    bounce: Option<BounceBuffer>,
-    copy_back: Vec<Segment>,
-    /// Keeps the guest memory mapped until the kernel is done with it, even if the
-    /// frontend replaces the memory table meanwhile. `None` in a cleared record.
-    mem: Option<Arc<Mem>>,
-    pub(super) ticket: Option<T>,
-    pub(super) timing: Timing,
-    /// An injected device error (`[[device.emulated.faults]]`) replacing the result.
-    fault: Option<Fault>,
-}
-
-// SAFETY: the raw iovec pointers point into `mem` (kept alive by the Arc) or into `bounce`,
-// both owned by this record; nothing else aliases them. A cleared record has none.
-unsafe impl<T: Send> Send for InFlight<T> {}
-
-impl<T> Default for InFlight<T> {
-    fn default() -> Self {
-        InFlight {
-            queue: 0,
-            head: 0,
-            kind: RequestKind::Flush,
-            io: IoRequest {
-                kind: IoKind::Flush,
-                offset: 0,
-                len: 0,
-            },
-            status_addr: 0,
-            guest_written: 0,
-            iovecs: Vec::new(),
-            bounce: None,
-            copy_back: Vec::new(),
-            mem: None,
-            ticket: None,
-            timing: Timing::default(),
-            fault: None,
-        }
-    }
-}
-
-impl<T> InFlight<T> {
-    /// Lets go of the finished request's memory and buffers; the arrays keep their
-    /// capacity for the next request, up to what a request mapped without bouncing uses.
-    pub(super) fn clear(&mut self) {
-        if self.iovecs.capacity() > IOV_MAX {
-            self.iovecs = Vec::new();
-        }
-        self.iovecs.clear();
-        self.copy_back.clear();
-        self.bounce = None;
-        self.mem = None;
-        self.ticket = None;
-        self.fault = None;
-    }
-}
 
 impl<A: Admission> Worker<A> {
     /// Builds the device operation for an admitted request and queues it on the ring.
@@ -481,6 +411,7 @@ fn describe_result(result: i32, expected: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::super::records::Records;
+    use std::sync::Arc;
     use super::*;
 
     #[test]

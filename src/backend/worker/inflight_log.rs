@@ -3,19 +3,8 @@
 //! of used entries is linked before the used index is stored and cleared after; the
 //! requests a previous run left in flight are parsed again before anything new is popped.
 
-use super::Worker;
-use crate::backend::admission::Admission;
 use crate::backend::virtio::inflight_log::QueueLog;
 use crate::emulated::crash::{self, CrashPoint};
-
-impl<A: Admission> Worker<A> {
-    /// Queue `local` starts (the frontend's kick fd arrived): with `log` when the
-    /// frontend keeps an inflight log, and `resubmit`, the heads a previous run left in
-    /// flight, which the next pass parses before popping anything new.
-    pub fn start_inflight(&mut self, local: u16, log: Option<QueueLog>, resubmit: Vec<u16>) {
-        self.logs.start(local, log, resubmit);
-    }
-}
 
 /// The logs of a worker's queues (by its own queue numbers), and what each has to
 /// resubmit.

@@ -9,142 +9,51 @@
 //! and let the next parked requests go. Nothing here blocks: a throttled request waits on
 //! a timerfd, a request without a device slot on a wake eventfd, both on this worker's
 //! epoll.
+//!
+//! The worker's fields are in [`state`]; its methods by concern: events and admission
+//! here, popping and returning chains in [`ring`], requests on the device in [`inflight`]
+//! (their reusable [`records`]), polling in [`poll`] (its [`poll_window`]), and each
+//! queue's inflight log in [`inflight_log`].
 
 mod early_return;
 mod inflight;
 mod inflight_log;
 mod poll;
+mod poll_window;
 mod records;
 mod ring;
+mod state;
+
+use state::Popped;
+pub use state::{QueueNumbers, Vring, Worker};
 
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use vhost_user_backend::VringRwLock;
 use vmm_sys_util::eventfd::EventFd;
 use vmm_sys_util::timerfd::TimerFd;
 
 use self::records::Records;
-use crate::backend::admission::queue::{AdmitQueue, Next, Parked, WaitDeadline};
+use crate::backend::admission::queue::{AdmitQueue, Next, WaitDeadline};
 use crate::backend::admission::{Admission, Timing};
 use crate::backend::guest_memory::{CurrentMemory, Mem};
 use crate::backend::io::engine::Engine;
 use crate::backend::io::medium::Medium;
-use crate::backend::virtio::request::{ChainLayout, RequestKind, Segment};
+use crate::backend::virtio::inflight_log::QueueLog;
+use crate::backend::virtio::request::ChainLayout;
 use crate::backend::volume::lease::ConnectionLease;
 use crate::backend::volume::Volume;
 use crate::logging::LogLimiter;
 
-pub type Vring = VringRwLock<vm_memory::GuestMemoryAtomic<Mem>>;
-
-/// A validated request as popped: where it came from, what starting it needs beyond the
-/// [`Parked::io`] it waits with (its offset and length), and the guest memory it points
-/// into. Small enough (with the rest of `Parked`) that moving it between the FIFO and
-/// the device is copied inline rather than through a memcpy call.
-struct Popped {
-    queue: u16,
-    head: u16,
-    kind: RequestKind,
-    data: Vec<Segment>,
-    status_addr: u64,
-    mem: Arc<Mem>,
-}
-
-// Up to 128 bytes, x86-64 builds copy it inline; past that each move between the FIFO and
-// the start was a memcpy call (design §8.12).
-const _: () = assert!(std::mem::size_of::<Parked<Popped, crate::qos::Charge>>() <= 128);
-
-/// Which guest queues a worker serves: the crate numbers a worker's vrings from 0, and
-/// its `i`-th is guest queue `first + i * stride`.
-#[derive(Clone, Copy, Debug)]
-pub struct QueueNumbers {
-    pub first: u16,
-    pub stride: u16,
-}
-
-impl QueueNumbers {
-    /// This worker's guest queues among the first `num_queues`, a bit per queue.
-    pub fn mask(self, num_queues: u16) -> u64 {
-        (self.first..num_queues.min(64))
-            .step_by(usize::from(self.stride.max(1)))
-            .fold(0, |mask, q| mask | 1 << q)
-    }
-}
-
-pub struct Worker<A: Admission> {
-    volume: Arc<Volume<A>>,
-    /// Queue numbers below are this worker's own (its vrings); logs give the guest's.
-    queues: QueueNumbers,
-    engine: Engine,
-    pub timer: TimerFd,
-    timer_deadline: WaitDeadline,
-    pub wake_evt: Arc<EventFd>,
-    waiting_for_slot: bool,
-    /// The frontend acked LOG_ALL (a migration): reads log the guest pages they wrote.
-    pub dirty_logging: bool,
-    /// This connection in the volume's data-plane lease ([`crate::backend::volume::lease`]).
-    lease: Arc<ConnectionLease>,
-    /// Queues served (kicked while ready) since they were last stopped: the connection
-    /// holds the lease while any worker's is not empty.
-    serving: u64,
-    /// Queues kicked while the volume's other connection held the lease, popped when it
-    /// comes free.
-    deferred: u64,
-    /// A kick waited for the other connection's rings since this one last served.
-    waited_for_rings: bool,
-    fifo: AdmitQueue<Popped, A::Ticket>,
-    /// The requests on the device.
-    records: Records<A::Ticket>,
-    /// The vrings of this connection, captured from the first event (for `drain`, which
-    /// runs outside the event loop).
-    vrings: Vec<Vring>,
-    /// Vrings with new used entries since the last notification (bit per queue).
-    touched: u64,
-    /// Queues being stopped: no more pops, parked requests go without waiting.
-    stopping: u64,
-    /// Set by a shutdown drain: a later GET_VRING_BASE must not re-enable popping.
-    shutting_down: bool,
-    /// Queues whose guest broke the ring protocol (an avail index that cannot be right,
-    /// or more chains outstanding than the ring holds): not served until restarted.
-    broken: u64,
-    /// Chains popped from each queue and not yet published on its used ring. A driver can
-    /// never have more than the ring size outstanding; this bounds what a guest can make
-    /// the worker hold.
-    outstanding: Vec<u32>,
-    warn: LogLimiter,
-    /// Scratch space reused per request or batch, so the hot path does not allocate:
-    /// reaped completions, the heads of the chains popped together, the descriptor layout of the
-    /// chain being parsed, and the data segment vectors of started requests.
-    reaped: Vec<(u64, i32)>,
-    layout: ChainLayout,
-    popped_heads: Vec<u16>,
-    segment_pool: Vec<Vec<Segment>>,
-    /// Completions to report to admission control, once per pump (see `settle`).
-    settled: Vec<(A::Ticket, Timing)>,
-    /// What serves this worker's operations (file, null or emulated).
-    medium: Medium,
-    /// Chains popped plus completions reaped, ever: polling's measure of work found.
-    progress: u64,
-    poll: poll::PollWindow,
-    /// Queues popped from in the current poll phase, their notifications off.
-    polled_queues: u64,
-    /// From which chain of a batch completions go back early.
-    early_return: early_return::EarlyReturn,
-    /// Scratch: the requests one dispatch admitted, started once the turn is released.
-    admitted: Vec<Parked<Popped, A::Ticket>>,
-    /// The frontend's memory table, read for every batch popped or published.
-    memory: CurrentMemory,
-    /// Chains returned since the used rings were last published: (queue, head, length).
-    used: Vec<(u16, u16, u32)>,
-    /// Each queue's inflight log, when its frontend keeps one, and the requests a
-    /// previous run left in flight, to resubmit before popping ([`inflight_log`]).
-    logs: inflight_log::QueueLogs,
-    /// Scratch: the heads of the used batch being published.
-    batch_heads: Vec<u16>,
-}
-
 impl<A: Admission> Worker<A> {
+    /// Queue `local` starts (the frontend's kick fd arrived): with `log` when the
+    /// frontend keeps an inflight log, and `resubmit`, the heads a previous run left in
+    /// flight, which the next pass parses before popping anything new.
+    pub fn start_inflight(&mut self, local: u16, log: Option<QueueLog>, resubmit: Vec<u16>) {
+        self.logs.start(local, log, resubmit);
+    }
+
     /// A worker woken through `wake_evt` (another volume freed a device slot, the planner
     /// ran, the lease came free), serving for the connection in `lease`.
     pub fn new(
@@ -191,7 +100,7 @@ impl<A: Admission> Worker<A> {
             settled: Vec::with_capacity(depth.min(4096) as usize),
             medium,
             progress: 0,
-            poll: poll::PollWindow::new(volume.shared.poll_max_ns),
+            poll: poll_window::PollWindow::new(volume.shared.poll_max_ns),
             polled_queues: 0,
             early_return: early_return::EarlyReturn::default(),
             admitted: Vec::new(),

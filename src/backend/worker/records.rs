@@ -6,7 +6,84 @@
 //! memcpy calls per request (design §8.12), and a reused record keeps the capacity of
 //! its iovec and copy-back arrays.
 
-use super::inflight::InFlight;
+use crate::backend::admission::{IoKind, IoRequest, Timing};
+use crate::backend::guest_memory::Mem;
+use crate::backend::io::bounce::BounceBuffer;
+use crate::backend::virtio::request::{RequestKind, Segment};
+use crate::emulated::faults::Fault;
+use std::sync::Arc;
+
+/// Linux caps one readv/writev at this many iovecs; larger requests are bounced.
+pub(super) const IOV_MAX: usize = 1024;
+
+/// A request the device is working on. Owns everything the kernel points into. Reused
+/// for the worker's next requests ([`Records`]).
+pub(super) struct InFlight<T> {
+    pub(super) queue: u16,
+    pub(super) head: u16,
+    pub(super) kind: RequestKind,
+    pub(super) io: IoRequest,
+    pub(super) status_addr: u64,
+    /// Bytes written into guest buffers on success (reads), for the used length.
+    pub(super) guest_written: u32,
+    pub(super) iovecs: Vec<libc::iovec>,
+    /// O_DIRECT bounce buffer and, for reads, the guest segments to copy it back into.
+    /// On a write-zeroes request, the zeroed buffer of its retry as a write
+    /// (`inflight::zeroes_to_write`).
+    pub(super) bounce: Option<BounceBuffer>,
+    pub(super) copy_back: Vec<Segment>,
+    /// Keeps the guest memory mapped until the kernel is done with it, even if the
+    /// frontend replaces the memory table meanwhile. `None` in a cleared record.
+    pub(super) mem: Option<Arc<Mem>>,
+    pub(super) ticket: Option<T>,
+    pub(super) timing: Timing,
+    /// An injected device error (`[[device.emulated.faults]]`) replacing the result.
+    pub(super) fault: Option<Fault>,
+}
+
+// SAFETY: the raw iovec pointers point into `mem` (kept alive by the Arc) or into `bounce`,
+// both owned by this record; nothing else aliases them. A cleared record has none.
+unsafe impl<T: Send> Send for InFlight<T> {}
+
+impl<T> Default for InFlight<T> {
+    fn default() -> Self {
+        InFlight {
+            queue: 0,
+            head: 0,
+            kind: RequestKind::Flush,
+            io: IoRequest {
+                kind: IoKind::Flush,
+                offset: 0,
+                len: 0,
+            },
+            status_addr: 0,
+            guest_written: 0,
+            iovecs: Vec::new(),
+            bounce: None,
+            copy_back: Vec::new(),
+            mem: None,
+            ticket: None,
+            timing: Timing::default(),
+            fault: None,
+        }
+    }
+}
+
+impl<T> InFlight<T> {
+    /// Lets go of the finished request's memory and buffers; the arrays keep their
+    /// capacity for the next request, up to what a request mapped without bouncing uses.
+    pub(super) fn clear(&mut self) {
+        if self.iovecs.capacity() > IOV_MAX {
+            self.iovecs = Vec::new();
+        }
+        self.iovecs.clear();
+        self.copy_back.clear();
+        self.bounce = None;
+        self.mem = None;
+        self.ticket = None;
+        self.fault = None;
+    }
+}
 
 pub(super) struct Records<T> {
     /// The records on the device, by user data.
