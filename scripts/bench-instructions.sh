@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The servers' own work per request, counted rather than timed (issue #16): each server
+# The servers' own work per request, counted rather than timed: each server
 # runs under valgrind's callgrind, which counts the instructions it executes, while a
 # native `vhost-iocost bench` client that polls its queue (4 KiB random reads, QD32, on
 # the other CPU) keeps it saturated. Instruction counts do not move with this machine's

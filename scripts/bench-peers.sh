@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The data path against the peers a user would pick instead, side by side in one run
-# (issue #16): 4 KiB random reads (`vhost-iocost bench`, the blkio client) through one
+# The data path against the peers a user would pick instead, side by side in one run:
+# 4 KiB random reads (`vhost-iocost bench`, the blkio client) through one
 # vhost-user queue at QD32 and QD1, on
 #   - fio with io_uring and O_DIRECT directly on the same file (the reference),
 #   - this daemon on the file and on `kind = "null"` (QoS off, and the null path with QoS

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Where a request's time goes (issue #16): the daemon (QoS off) and the
+# Where a request's time goes: the daemon (QoS off) and the
 # `vhost-iocost bench` client record their stage events (VHOST_IOCOST_STAGE_TRACE), and
 # scripts/stage_breakdown.py cuts each round trip into the client's wake-up, the client's
 # work, the kick, the daemon's parsing, its submit system calls, the device and the
