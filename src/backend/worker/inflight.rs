@@ -411,8 +411,8 @@ fn describe_result(result: i32, expected: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::super::records::Records;
-    use std::sync::Arc;
     use super::*;
+    use std::sync::Arc;
 
     #[test]
     fn a_reused_record_carries_nothing_of_the_last_request() {
