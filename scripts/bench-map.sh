@@ -17,6 +17,7 @@ cd "$(dirname "$0")/.."
 runtime=${1:-5}
 rounds=${2:-3}
 rate=${RATE:-40000}
+null_co=driver=null-co,node-name=n0,size=1073741824
 for tool in perf qemu-storage-daemon; do
     command -v "$tool" >/dev/null || { echo "$tool is required"; exit 1; }
 done
@@ -67,26 +68,6 @@ size = \"1GiB\""
     server_pid=$daemon_pid
 }
 
-# qsd [iothread]: qemu-storage-daemon on null-co, in its main loop or an iothread.
-qsd() {
-    rm -f "$work/q.sock"
-    local iothread=() export_opt=
-    if [ "${1:-}" = iothread ]; then
-        iothread=(--object iothread,id=io0)
-        export_opt=,iothread=io0
-    fi
-    qemu-storage-daemon "${iothread[@]}" --blockdev "driver=null-co,node-name=n0,size=1073741824" \
-        --export "type=vhost-user-blk,id=e0,node-name=n0,addr.type=unix,addr.path=$work/q.sock,writable=on,num-queues=1$export_opt" \
-        2>"$work/qsd.log" &
-    server_pid=$!
-    for _ in $(seq 100); do [ -S "$work/q.sock" ] && return; sleep 0.1; done
-    echo "qemu-storage-daemon did not start:"; cat "$work/qsd.log"; exit 1
-}
-
-stop_server() {
-    if [ -n "$daemon_pid" ]; then stop_daemon; daemon_pid=; else kill "$server_pid"; wait "$server_pid" || true; fi
-    server_pid=
-}
 
 # both_loads ROW SOCKET: unpaced and paced, left to the scheduler; then paced with the
 # server's threads and the client on one CPU, and on two (a wake-up across vCPUs costs
@@ -109,10 +90,10 @@ for round in $(seq "$rounds"); do
     null_daemon 'poll_max = "0us"'
     both_loads "vhost-iocost null, no poll" "$work/v.sock"
     stop_server
-    qsd
+    qsd "$null_co"
     both_loads "qsd null-co, main loop" "$work/q.sock"
     stop_server
-    qsd iothread
+    qsd "$null_co" iothread
     both_loads "qsd null-co, iothread" "$work/q.sock"
     stop_server
 done

@@ -161,3 +161,25 @@ settle() {
     done
     echo "(disk did not settle after 10 probes; last $cur IOPS)"
 }
+
+# qsd BLOCKDEV [iothread [POLL_MAX_NS]]: qemu-storage-daemon serving BLOCKDEV, in its main
+# loop or in an iothread (which polls adaptively, poll-max-ns 32 us by default).
+qsd() {
+    rm -f "$work/q.sock"
+    local iothread=() export_opt=
+    if [ "${2:-}" = iothread ]; then
+        iothread=(--object "iothread,id=io0${3:+,poll-max-ns=$3}")
+        export_opt=,iothread=io0
+    fi
+    qemu-storage-daemon "${iothread[@]}" --blockdev "$1" \
+        --export "type=vhost-user-blk,id=e0,node-name=n0,addr.type=unix,addr.path=$work/q.sock,writable=on,num-queues=1$export_opt" \
+        2>"$work/qsd.log" &
+    server_pid=$!
+    for _ in $(seq 100); do [ -S "$work/q.sock" ] && return; sleep 0.1; done
+    echo "qemu-storage-daemon did not start:"; cat "$work/qsd.log"; exit 1
+}
+# stop_server: stops whichever server runs, the daemon or qemu-storage-daemon.
+stop_server() {
+    if [ -n "${daemon_pid:-}" ]; then stop_daemon; daemon_pid=; else kill "$server_pid"; wait "$server_pid" || true; fi
+    server_pid=
+}
