@@ -232,14 +232,32 @@ fn stacking_under_steady_contention_the_writer_is_steady_and_the_target_holds() 
                 count("contended_periods_missed"),
             )
         };
-        let (results, at_ramp_end) = std::thread::scope(|s| {
+        let (results, at_ramp_end, vrates) = std::thread::scope(|s| {
             let load = s.spawn(|| loadgen::run(&tenants));
-            // A measurement boundary, not a synchronisation: the tenants' clock starts
-            // once they are connected (milliseconds), so this may count a period or two
-            // of the ramp, never miss one of the measured window.
-            std::thread::sleep(RAMP);
-            let at_ramp_end = contended();
-            (load.join().unwrap().unwrap(), at_ramp_end)
+            let started = std::time::Instant::now();
+            let mut vrates = Vec::new();
+            let mut at_ramp_end = None;
+            // Measurement boundaries, not synchronisation: the tenants' clock starts once
+            // they are connected (milliseconds), so the ramp's end may count a period or
+            // two of the ramp, never miss one of the measured window. vrate is sampled
+            // each second for the report.
+            for second in 1.. {
+                let at = started + Duration::from_secs(second);
+                std::thread::sleep(at.saturating_duration_since(std::time::Instant::now()));
+                if load.is_finished() {
+                    break;
+                }
+                vrates.push(
+                    control_get(&d, "/v1/device")["vrate_pct"]
+                        .as_f64()
+                        .unwrap_or(0.0),
+                );
+                if second == RAMP.as_secs() {
+                    at_ramp_end = Some(contended());
+                }
+            }
+            let at_ramp_end = at_ramp_end.expect("the load outlasts the ramp");
+            (load.join().unwrap().unwrap(), at_ramp_end, vrates)
         });
         let (periods, missed) = contended();
         let (periods, missed) = (periods - at_ramp_end.0, missed - at_ramp_end.1);
@@ -247,11 +265,11 @@ fn stacking_under_steady_contention_the_writer_is_steady_and_the_target_holds() 
         for r in &results {
             assert_eq!(r.errors, 0, "{r:?}");
         }
-        (1.0 - missed as f64 / periods as f64, results)
+        (1.0 - missed as f64 / periods as f64, results, vrates)
     };
     measure("stacking", || {
-        let (alone, _) = run(false);
-        let (met, results) = run(true);
+        let (alone, _, _) = run(false);
+        let (met, results, vrates) = run(true);
         let writer = results.last().unwrap();
         let mibs: Vec<f64> = writer.per_second[RAMP.as_secs() as usize..]
             .iter()
@@ -260,8 +278,9 @@ fn stacking_under_steady_contention_the_writer_is_steady_and_the_target_holds() 
         let mean = mibs.iter().sum::<f64>() / mibs.len() as f64;
         let sd = (mibs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / mibs.len() as f64).sqrt();
         let summary = format!(
-            "writer {mean:.1} MiB/s per second, CoV {:.3}; read target met in {:.1} % of \
-             contended periods ({:.1} % without the writer)",
+            "writer {mean:.1} MiB/s per second, CoV {:.3} ({mibs:.0?}); vrate each second \
+             {vrates:.0?} %; read target met in {:.1} % of contended periods ({:.1} % \
+             without the writer)",
             sd / mean,
             met * 100.0,
             alone * 100.0
