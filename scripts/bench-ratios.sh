@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Issue #16's ratio targets, each measured in alternating pairs. Both sides' servers stay
+# The data path's ratio targets (BENCHMARKS.md, "Data path against qemu-storage-daemon"),
+# each measured in alternating pairs. Both sides' servers stay
 # up, and short runs of the two alternate (A B, B A, A B…), so that both sample this
 # machine's fast and slow states alike; the result is the median of the pairs' ratios.
 # On this VM one server's throughput moves by 10-40 % from one minute to the next, far

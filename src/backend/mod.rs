@@ -11,11 +11,14 @@
 //! - [`admission`]: the only interface to the QoS core, and the FIFO in front of it.
 //!
 //! A request's way: `worker/ring.rs` pops a chain (`pop_all`); `virtio/chain.rs` and
-//! `virtio/request.rs` parse it (`parse_reusing`); `worker/mod.rs` offers it through
-//! `admission` (`dispatch`) to the QoS core, which prices it with the cost model and
-//! admits it (`qos/volume.rs`, `admit_at`); `worker/inflight.rs` submits it to
-//! `io/engine.rs` (`start`) and finishes it on completion (`complete_one`), and
-//! `worker/ring.rs` returns it on the used ring (`finish`, `publish_used`).
+//! `virtio/request.rs` parse it (`parse_reusing`); `worker/mod.rs` (`dispatch`) offers the
+//! FIFO head (`admission/queue.rs`, `next`) to the QoS core, which prices it
+//! (`qos/volume.rs` `admit_by_budget`, through `cost_model/linear.rs` `abs_cost`) and
+//! answers go or wait (`admit_at`); `worker/inflight.rs` builds the device operation
+//! (`start`, `submit_op`) and queues it on `io/engine.rs` (`push`, submitted by
+//! `submit`), reaps it (`complete_ready`) and finishes it (`complete_one`), and
+//! `worker/ring.rs` writes the status, returns the chain on the used ring and notifies
+//! the guest (`finish`, `publish_used`).
 
 pub(crate) mod admission;
 pub(crate) mod guest_memory;

@@ -103,27 +103,6 @@ impl LinearParams {
             wrandio,
         }
     }
-
-    /// The same device `factor` times faster (`factor` > 1) or slower. Used to build
-    /// deliberately wrong models in tests and to describe simulated devices.
-    pub fn scaled(&self, factor: f64) -> LinearParams {
-        let f = |v: u64| -> u64 {
-            let x = (v as f64) * factor;
-            if x.is_finite() && x >= 1.0 {
-                x.round() as u64
-            } else {
-                1
-            }
-        };
-        LinearParams {
-            rbps: f(self.rbps),
-            rseqiops: f(self.rseqiops),
-            rrandiops: f(self.rrandiops),
-            wbps: f(self.wbps),
-            wseqiops: f(self.wseqiops),
-            wrandiops: f(self.wrandiops),
-        }
-    }
 }
 
 /// Default flush price: two 4 KiB random writes. A flush forces the device to destage

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
+use vhost_iocost::lock::Locked;
 
 /// One guest test at a time: two TCG guests already use both cores.
 static GUEST_LOCK: Mutex<()> = Mutex::new(());
@@ -100,7 +101,7 @@ pub(crate) fn image() -> Option<&'static Image> {
 /// TCG guest keeps both cores busy, so the tests that count requests per second on time
 /// (`daemon::busy_cpus`) do not run beside one either.
 pub(crate) fn lock() -> (MutexGuard<'static, ()>, MutexGuard<'static, ()>) {
-    let guest = GUEST_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let guest = GUEST_LOCK.locked();
     (guest, crate::daemon::busy_cpus())
 }
 
