@@ -108,22 +108,13 @@ impl<A: Admission> Worker<A> {
         // The iovecs hold what the data segments said; their vector goes to the next parse
         // (which empties it).
         self.segment_pool.push(p.req.data);
-        let (op, emulated_done) =
+        let (op, mut deadline) =
             self.medium
                 .prepare(op, record.io.kind, host_offset, record.io.len);
-        let mut deadline = emulated_done;
         if let Some(fault) = fault.filter(|f| f.error == FaultError::Stall) {
             let held = monotonic_now_ns().saturating_add(fault.stall_ns);
             deadline = Some(deadline.map_or(held, |d| d.max(held)));
         }
-        // An emulated disk's completion time is known now: it is the request's completion
-        // as the device would stamp it. The worker reaps it later when the host's CPU is
-        // busy, and that delay is the host's, not the emulated device's. (The deadline is
-        // on CLOCK_MONOTONIC; `now` on the admission clock.)
-        record.timing.completed_ns = match (emulated_done, deadline) {
-            (Some(_), Some(done)) => now.saturating_add(done.saturating_sub(monotonic_now_ns())),
-            _ => 0,
-        };
         self.submit_op(record, op, deadline);
     }
 
@@ -272,8 +263,6 @@ impl<A: Admission> Worker<A> {
             iov_len: record.io.len as usize,
         });
         record.bounce = Some(buffer);
-        // The retry is timed by its reaping, as a file's request is.
-        record.timing.completed_ns = 0;
         let op = DeviceOp::Writev {
             iovecs: record.iovecs.as_ptr(),
             count: 1,
@@ -366,12 +355,7 @@ impl<A: Admission> Worker<A> {
             &mem,
         );
         vol.shared.slots.release();
-        // An emulated device's completion time, set at the start, is never later than its
-        // reaping.
-        record.timing.completed_ns = match record.timing.completed_ns {
-            0 => now_ns,
-            device_done => device_done.min(now_ns),
-        };
+        record.timing.completed_ns = now_ns;
         if let Some(ticket) = record.ticket.take() {
             self.settled.push((ticket, record.timing));
         }
