@@ -58,6 +58,7 @@ pub mod lock;
 pub mod logging;
 pub mod monotonic;
 pub mod planner;
+pub mod privileges;
 pub mod profile;
 pub mod qos;
 pub(crate) mod rng;

@@ -126,6 +126,13 @@ fn run(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
                 return Err(e.into());
             }
         };
+    if let Err(e) = drop_privileges(&config, &state_file) {
+        daemon.stop();
+        if let Some(c) = control {
+            c.stop();
+        }
+        return Err(e.into());
+    }
     tracing::info!(
         volumes = daemon.volumes.list().len(),
         qos = daemon.qos.enabled(),
@@ -153,6 +160,33 @@ fn run(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
         ),
     }
     tracing::info!("stopped");
+    Ok(())
+}
+
+/// Switches to `[security] user` once the disk, the volumes' files, the sockets and the
+/// state file are open; says where runtime changes could not be kept as that user.
+fn drop_privileges(config: &Config, state_file: &std::path::Path) -> Result<(), String> {
+    let Some(id) = config.security.identity().map_err(|e| e.to_string())? else {
+        return Ok(());
+    };
+    vhost_iocost::privileges::drop_to(&id).map_err(|e| {
+        format!(
+            "security.user: cannot switch to `{}` (uid {}, gid {}): {e}; start the daemon as \
+             root, or leave [security] out",
+            id.user, id.uid, id.gid
+        )
+    })?;
+    tracing::info!(user = %id.user, uid = id.uid, gid = id.gid, "running unprivileged: no capabilities left");
+    let dir = state_file
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    if let Err(e) = vhost_iocost::privileges::can_write_in(dir) {
+        tracing::warn!(
+            dir = %dir.display(), user = %id.user,
+            "runtime changes cannot be kept in the state file: this user cannot create files in its directory ({e})"
+        );
+    }
     Ok(())
 }
 

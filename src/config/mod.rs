@@ -6,10 +6,12 @@
 //! everything that needs no I/O; [`Config::validate_layout`] checks the volume ranges once
 //! the host disk's size and logical block size are known.
 
+mod security;
 mod socket_access;
 mod validate;
 
 use crate::size::ByteSize;
+pub use security::{Identity, SecurityConfig};
 pub use socket_access::{group_id, FileMode};
 
 use serde::{Deserialize, Serialize};
@@ -57,6 +59,8 @@ pub struct Config {
     pub control: ControlConfig,
     #[serde(default, skip_serializing_if = "MetricsConfig::is_off")]
     pub metrics: MetricsConfig,
+    #[serde(default, skip_serializing_if = "SecurityConfig::is_empty")]
+    pub security: SecurityConfig,
     #[serde(default, rename = "group")]
     pub groups: Vec<GroupConfig>,
     #[serde(default, rename = "volume")]

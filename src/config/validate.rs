@@ -76,6 +76,7 @@ impl Config {
         }
         d.model.validate().map_err(ConfigError::Section)?;
         d.qos.validate().map_err(ConfigError::Section)?;
+        self.security.identity()?;
         self.validate_groups()?;
         self.validate_volumes()?;
         // Static range check with the smallest possible block size; the real one is checked

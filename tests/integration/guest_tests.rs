@@ -2,19 +2,27 @@
 //! own driver, device errors, multi-queue, flushes, a weighted split between two guests,
 //! and a guest that outlives its daemon's restarts and kills.
 
-use crate::daemon::DaemonProcess;
+use crate::daemon::{tempdir_owned_by, DaemonProcess};
 use crate::guest::*;
+use crate::privileges::{assert_runs_as_nobody, NOBODY};
 use std::time::{Duration, Instant};
 
 /// (a) Random reads and writes of mixed sizes, every written block read back and checked
 /// (crc32c), plus what the guest sees of the device: capacity, block size, write cache,
-/// discard, serial.
+/// discard, serial. The daemon is started as root and runs as `nobody` with no
+/// capability (`[security] user`), as a confined host runs it.
 #[test]
 fn guest_random_read_write_verify() {
     let Some(image) = image() else { return };
     let _l = lock();
     let mut ctx = Ctx::new("randrw-verify");
-    let d = DaemonProcess::start(&guest_config("", &[("vm", 256, "serial = \"guest-a\"")]));
+    let d = DaemonProcess::start_in(
+        tempdir_owned_by(NOBODY, NOBODY),
+        &guest_config(
+            "[security]\nuser = \"nobody\"\n",
+            &[("vm", 256, "serial = \"guest-a\"")],
+        ),
+    );
     ctx.watch(&d);
     let spec = GuestSpec::new(fio(&[
         &[
@@ -66,6 +74,7 @@ fn guest_random_read_write_verify() {
         // do_verify reads back every written block after the write phase.
         assert!(w > 500.0 && r >= w, "{name}: {w} writes, {r} reads");
     }
+    assert_runs_as_nobody(d.pid());
 }
 
 /// (a') Device errors under a real guest (`[[device.emulated.faults]]`): failed reads,

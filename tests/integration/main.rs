@@ -33,6 +33,7 @@ mod operations;
 mod peer_credentials;
 mod polling;
 mod pressure;
+mod privileges;
 mod profile;
 mod qmp;
 mod qos;

@@ -196,6 +196,14 @@ fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
     }
 }
 
+/// A temporary directory owned by `uid`:`gid`, for a daemon that drops to that user
+/// (`[security] user`) and must still write its state file and hot-added sockets there.
+pub fn tempdir_owned_by(uid: u32, gid: u32) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).expect("chown the tempdir");
+    dir
+}
+
 /// A config with one sparse backing file and the given `[[volume]]` tables.
 pub fn config(device_extra: &str, volumes: &str) -> String {
     format!("[device]\npath = \"disk.img\"\ncreate_size = \"64MiB\"\n{device_extra}\n{volumes}")
