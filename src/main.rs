@@ -115,7 +115,13 @@ fn run(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     // Block the signals before any thread exists, so every thread inherits the mask and
     // only the main thread takes them.
     let signals = daemon::block_termination_signals();
-    let calibration = vhost_iocost::control::calibrated::resolve(&config, path);
+    // On a thread of its own: io_uring's kernel workers for its I/O go with that thread,
+    // so none created as root outlives a drop of privileges.
+    let calibration = std::thread::scope(|s| {
+        s.spawn(|| vhost_iocost::control::calibrated::resolve(&config, path))
+            .join()
+    })
+    .map_err(|_| "calibration panicked")?;
     let effective = vhost_iocost::control::calibrated::apply(&config, calibration.as_ref());
     let daemon = Daemon::start(&effective)?;
     let control =
@@ -133,6 +139,7 @@ fn run(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
         }
         return Err(e.into());
     }
+    daemon.volumes.serve_frontends();
     tracing::info!(
         volumes = daemon.volumes.list().len(),
         qos = daemon.qos.enabled(),
@@ -172,7 +179,7 @@ fn drop_privileges(config: &Config, state_file: &std::path::Path) -> Result<(), 
     vhost_iocost::privileges::drop_to(&id).map_err(|e| {
         format!(
             "security.user: cannot switch to `{}` (uid {}, gid {}): {e}; start the daemon as \
-             root, or leave [security] out",
+             root with CAP_SETUID and CAP_SETGID, or leave [security] out",
             id.user, id.uid, id.gid
         )
     })?;

@@ -1,11 +1,12 @@
 //! Dropping root once everything privileged is open (`[security] user`).
 //!
 //! glibc's set*id calls change the credentials of every thread of the process, so the
-//! workers, connection threads, control plane and planner started before the switch run
-//! as the user after it. A switch from uid 0 to another uid with all three uids changed
-//! clears the permitted and effective capability sets; both are checked afterwards, and
-//! so is that root cannot be regained. io_uring's kernel workers act on descriptors whose
-//! access was checked when the daemon opened them.
+//! control plane and planner started before the switch run as the user after it, and so
+//! does every thread started after it (connection threads, workers, io_uring's kernel
+//! workers). A switch from uid 0 to another uid with all three uids changed clears the
+//! permitted and effective capability sets. Every thread's are checked afterwards, and
+//! so is that root cannot be regained. Frontends are served only after the switch
+//! (`VolumeSet::serve_frontends`).
 
 use crate::config::Identity;
 use std::io;
@@ -30,27 +31,40 @@ pub fn drop_to(id: &Identity) -> Result<(), String> {
             return Err("root could be regained after the switch".into());
         }
     }
-    let (effective, permitted) = capabilities()?;
-    if effective != 0 || permitted != 0 {
-        return Err(format!(
-            "capabilities left after the switch: effective {effective:#x}, permitted {permitted:#x}"
-        ));
-    }
-    Ok(())
+    every_thread_is(id)
 }
 
-/// This thread's effective and permitted capability sets (`/proc/thread-self/status`).
-pub fn capabilities() -> Result<(u64, u64), String> {
-    let status = std::fs::read_to_string("/proc/thread-self/status")
-        .map_err(|e| format!("/proc/thread-self/status: {e}"))?;
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-            .ok_or_else(|| format!("/proc/thread-self/status has no {name}"))
-    };
-    Ok((field("CapEff:")?, field("CapPrm:")?))
+/// Checks that every thread of the process, kernel workers included, runs as `id` with
+/// no capability.
+fn every_thread_is(id: &Identity) -> Result<(), String> {
+    let tasks =
+        std::fs::read_dir("/proc/self/task").map_err(|e| format!("/proc/self/task: {e}"))?;
+    let want = format!("{0}\t{0}\t{0}\t{0}", id.uid);
+    for task in tasks.flatten() {
+        // A thread that ended meanwhile has nothing left to check.
+        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else {
+            continue;
+        };
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(str::trim)
+        };
+        let caps_clear = ["CapEff:", "CapPrm:"]
+            .iter()
+            .all(|k| field(k).and_then(|v| u64::from_str_radix(v, 16).ok()) == Some(0));
+        if field("Uid:") != Some(want.as_str()) || !caps_clear {
+            return Err(format!(
+                "thread {} ({}) kept its credentials: Uid {:?}, CapEff {:?}",
+                task.file_name().to_string_lossy(),
+                field("Name:").unwrap_or("?"),
+                field("Uid:"),
+                field("CapEff:")
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Whether this process may create files in `dir` (the state file is rewritten there by

@@ -196,6 +196,12 @@ impl VolumeSet {
         }
     }
 
+    /// Starts serving frontends: until then they wait in the sockets' backlogs, so that a
+    /// daemon that drops its privileges handles none of their messages before.
+    pub fn serve_frontends(&self) {
+        self.acceptor.open();
+    }
+
     /// Completes in-flight I/O of every connected frontend, closes the connections and
     /// removes the sockets; no volume is added after.
     pub fn stop(&self) {

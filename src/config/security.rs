@@ -42,6 +42,9 @@ impl SecurityConfig {
             };
         };
         let (uid, primary_gid) = user_ids(user).map_err(|e| invalid("security.user", e))?;
+        if uid == u32::MAX {
+            return Err(invalid("security.user", "uid 4294967295 is not a user"));
+        }
         if uid == 0 {
             return Err(invalid(
                 "security.user",
@@ -57,6 +60,9 @@ impl SecurityConfig {
                 )
             })?,
         };
+        if gid == u32::MAX {
+            return Err(invalid("security.group", "gid 4294967295 is not a group"));
+        }
         if gid == 0 {
             return Err(invalid(
                 "security.group",

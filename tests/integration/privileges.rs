@@ -25,7 +25,7 @@ fn write_and_read_back(socket: &str, seed: u8) {
     );
 }
 
-/// Every thread's `Uid:`, `Gid:`, `CapEff:` and `CapPrm:` lines (a thread that ends while
+/// Every thread's `Uid:`, `Gid:`, `Groups:`, `CapEff:` and `CapPrm:` lines (a thread that ends while
 /// they are read is left out: a connection thread whose frontend just left).
 fn thread_credentials(pid: u32) -> Vec<(String, Vec<String>)> {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
@@ -33,7 +33,7 @@ fn thread_credentials(pid: u32) -> Vec<(String, Vec<String>)> {
         .filter_map(|t| {
             let t = t.ok()?.path();
             let status = std::fs::read_to_string(t.join("status")).ok()?;
-            let lines = ["Uid:", "Gid:", "CapEff:", "CapPrm:"]
+            let lines = ["Uid:", "Gid:", "Groups:", "CapEff:", "CapPrm:"]
                 .iter()
                 .map(|k| {
                     let line = status.lines().find(|l| l.starts_with(k)).unwrap();
@@ -55,6 +55,7 @@ pub(crate) fn assert_runs_as_nobody(pid: u32) {
             &[
                 format!("Uid: {nobody}"),
                 format!("Gid: {nobody}"),
+                format!("Groups: {NOBODY}"),
                 "CapEff: 0000000000000000".to_owned(),
                 "CapPrm: 0000000000000000".to_owned(),
             ],

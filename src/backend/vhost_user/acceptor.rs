@@ -6,12 +6,15 @@
 //! a ready socket to its volume's server, which accepts the frontend on a thread of its
 //! own and arms the socket again when that connection ends: a socket serves one frontend
 //! at a time, and the next one waits in its backlog.
+//!
+//! Frontends wait in the backlogs until [`Acceptor::open`]: a daemon that drops its
+//! privileges (`[security] user`) handles no frontend's message before it has.
 
 use crate::lock::Locked;
 use std::io;
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::EventFd;
@@ -36,16 +39,20 @@ pub struct Acceptor {
     stopping: AtomicBool,
     /// Indexed by token; None: removed.
     owners: Mutex<Vec<Option<Arc<dyn Acceptable>>>>,
+    /// Whether frontends are served yet ([`Acceptor::open`]).
+    opened: (Mutex<bool>, Condvar),
 }
 
 impl Acceptor {
-    /// Creates the acceptor and its thread.
+    /// Creates the acceptor and its thread, which serves no frontend before
+    /// [`Acceptor::open`].
     pub fn start() -> io::Result<Arc<Self>> {
         let acceptor = Arc::new(Acceptor {
             epoll: Epoll::new()?,
             stop_evt: EventFd::new(libc::EFD_NONBLOCK)?,
             stopping: AtomicBool::new(false),
             owners: Mutex::new(Vec::new()),
+            opened: (Mutex::new(false), Condvar::new()),
         });
         acceptor.epoll.ctl(
             ControlOperation::Add,
@@ -60,6 +67,13 @@ impl Acceptor {
     }
 
     fn run(&self) {
+        {
+            let (opened, changed) = &self.opened;
+            let mut open = opened.locked();
+            while !*open {
+                open = changed.wait(open).unwrap_or_else(|e| e.into_inner());
+            }
+        }
         let mut events = vec![EpollEvent::default(); 64];
         loop {
             let n = match self.epoll.wait(-1, &mut events) {
@@ -126,9 +140,16 @@ impl Acceptor {
         }
     }
 
+    /// Starts serving the frontends waiting and to come.
+    pub fn open(&self) {
+        *self.opened.0.locked() = true;
+        self.opened.1.notify_all();
+    }
+
     /// Ends the acceptor thread.
     pub fn stop(&self) {
         self.stopping.store(true, Ordering::Release);
         let _ = self.stop_evt.write(1);
+        self.open();
     }
 }
