@@ -205,11 +205,13 @@ fn a_qd1_reader_beside_a_large_writer_keeps_most_of_its_solo_iops() {
 
 /// The stacking test's ramp: neither the writer's throughput nor the readers' periods are
 /// judged in it. vrate starts at 100 %, above this device's edge (about 60 %), and falls
-/// to it in under half a second; in about one run of six the miss streak carries it on
-/// down to 30–45 %, from where the kernel's slow start takes up to 4 s to rise again, and
-/// on a host still busy from a build that fall has come as late as the fourth second.
-/// The ramp covers both, so the window judges the steady state the test is about.
-const RAMP: Duration = Duration::from_secs(8);
+/// to it in under half a second; in some runs the miss streak carries it on down to its
+/// 25 % floor while the writer's queued writes drain, and the kernel's slow start then
+/// takes up to 10 s to climb back (seen on a host busy from a build: at 25–40 % from the
+/// 3rd to the 11th second, at the edge from the 12th). The ramp covers that start-up, so
+/// the window judges the steady state the test is about; the slow climb itself is the
+/// controller's, not this test's, to fix.
+const RAMP: Duration = Duration::from_secs(15);
 /// The stacking test's measured window, after the ramp.
 const MEASURED_SECS: u64 = 8;
 
