@@ -91,6 +91,7 @@ pub fn available(cpus: &[u16]) -> Result<(), String> {
     let tried = std::thread::Builder::new()
         .name("cpu-check".into())
         .spawn(move || {
+            crate::seccomp::confine(crate::seccomp::ThreadClass::Helper);
             cpus.into_iter()
                 .find_map(|cpu| pin_current_thread(cpu).err().map(|e| (cpu, e)))
         })

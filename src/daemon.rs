@@ -67,6 +67,9 @@ impl Daemon {
             faults: FaultPlan::new(config.device.emulated.as_ref().map_or(&[], |e| &e.faults)),
             poll_max_ns: config.device.poll_max.0 * 1_000,
         });
+        if let Some(class) = config.device.emulated.as_ref().and_then(|e| e.seccomp_trip) {
+            crate::seccomp::arm_trip(class);
+        }
         if let Some(crash) = config.device.emulated.as_ref().and_then(|e| e.crash) {
             crate::emulated::crash::arm(crash);
         }
@@ -167,6 +170,7 @@ fn spawn_planner(
     let handle = std::thread::Builder::new()
         .name("planner".into())
         .spawn(move || {
+            crate::seccomp::confine(crate::seccomp::ThreadClass::Planner);
             let planner = Planner::new(&qos);
             let mut logged = (0u64, 0i32);
             let mut unreachable = UnreachableTarget::default();

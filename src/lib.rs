@@ -35,6 +35,7 @@
 //! - [`cpu_affinity`]: the CPUs a volume's worker threads are pinned to.
 //! - [`logging`]: the `tracing` setup, with rate limits for log lines a guest can cause.
 //! - [`rng`]: a small deterministic PRNG (simulator, load generator, profile).
+//! - [`seccomp`]: the per-thread-class seccomp filters the daemon installs on itself.
 //! - [`sd_notify`]: systemd's readiness notification for `Type=notify` units.
 //! - [`socket_path`]: claiming a Unix socket path without removing anything but a stale
 //!   socket.
@@ -63,6 +64,7 @@ pub mod profile;
 pub mod qos;
 pub(crate) mod rng;
 pub mod sd_notify;
+pub mod seccomp;
 pub mod sim;
 pub mod size;
 pub(crate) mod socket_path;

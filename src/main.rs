@@ -112,6 +112,9 @@ fn run(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     let state = vhost_iocost::control::state::RuntimeState::load(&state_file)?;
     // With the groups and volumes added and removed at run time.
     let config = state.running_config(&file_config, &state_file)?;
+    // Before any thread exists: each installs its class's filter as it starts.
+    vhost_iocost::seccomp::set_mode(config.security.seccomp)
+        .map_err(|e| format!("security.seccomp: cannot install the SIGSYS handler: {e}"))?;
     // Block the signals before any thread exists, so every thread inherits the mask and
     // only the main thread takes them.
     let signals = daemon::block_termination_signals();
@@ -140,6 +143,7 @@ fn run(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
         return Err(e.into());
     }
     daemon.volumes.serve_frontends();
+    vhost_iocost::seccomp::confine(vhost_iocost::seccomp::ThreadClass::Main);
     tracing::info!(
         volumes = daemon.volumes.list().len(),
         qos = daemon.qos.enabled(),

@@ -4,6 +4,9 @@
 //! disk, the volumes' own files, its sockets and the state file, then switches to `user`
 //! (and `group`, by default the user's primary group) with no capabilities left, so a
 //! bug reachable from a guest or a VMM holds only what that user may do.
+//!
+//! `seccomp` (`enforce` by default) confines every thread of `run` to the system calls
+//! its class makes ([`crate::seccomp`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -18,6 +21,14 @@ pub struct SecurityConfig {
     /// A group name or a numeric gid; absent: the user's primary group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
+    /// `enforce` (a call outside its thread's list kills the daemon with SIGSYS), `log`
+    /// (the kernel logs such a call and lets it run) or `off`.
+    #[serde(default, skip_serializing_if = "is_enforce")]
+    pub seccomp: crate::seccomp::Mode,
+}
+
+fn is_enforce(mode: &crate::seccomp::Mode) -> bool {
+    *mode == crate::seccomp::Mode::Enforce
 }
 
 /// The identity `[security]` names, resolved from the system's databases.
@@ -121,6 +132,7 @@ mod tests {
         SecurityConfig {
             user: user.map(str::to_owned),
             group: group.map(str::to_owned),
+            ..SecurityConfig::default()
         }
     }
 

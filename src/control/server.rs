@@ -216,7 +216,10 @@ impl ControlServer {
         }
         let thread = std::thread::Builder::new()
             .name("control".into())
-            .spawn(move || runtime.block_on(serve(ctl, control, metrics, stop)))?;
+            .spawn(move || {
+                crate::seccomp::confine(crate::seccomp::ThreadClass::Control);
+                runtime.block_on(serve(ctl, control, metrics, stop))
+            })?;
         Ok(ControlServer {
             sockets,
             shutdown,

@@ -46,6 +46,10 @@ pub struct EmulatedConfig {
     /// Where the daemon kills itself, for recovery tests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crash: Option<super::crash::CrashConfig>,
+    /// A thread class that makes a forbidden system call as soon as it is confined, for
+    /// tests of the seccomp filters' SIGSYS report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seccomp_trip: Option<crate::seccomp::ThreadClass>,
 }
 
 fn default_base_latency() -> DurationUs {

@@ -40,6 +40,7 @@ mod qos;
 mod raw_frontend;
 mod resize;
 mod scale;
+mod seccomp;
 mod virtqueue;
 mod volume_files;
 mod workers;

@@ -74,6 +74,8 @@ impl Acceptor {
                 open = changed.wait(open).unwrap_or_else(|e| e.into_inner());
             }
         }
+        // After the switch of user: this class needs no call that changes credentials.
+        crate::seccomp::confine(crate::seccomp::ThreadClass::Acceptor);
         let mut events = vec![EpollEvent::default(); 64];
         loop {
             let n = match self.epoll.wait(-1, &mut events) {

@@ -138,6 +138,7 @@ impl<A: Admission> VolumeBackend<A> {
         let spawned = std::thread::Builder::new()
             .name(format!("vol-{name}-cfg"))
             .spawn(move || {
+                crate::seccomp::confine(crate::seccomp::ThreadClass::Helper);
                 if let Err(e) = channel.config_change() {
                     tracing::warn!(volume = %name, "frontend not told of the new capacity: {e}");
                 }
@@ -411,6 +412,8 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
         if evset != EventSet::IN {
             tracing::warn!(volume = %self.volume.name, device_event, ?evset, "unexpected epoll event");
         }
+        // Once per thread: the worker threads are the vhost-user crate's.
+        crate::seccomp::confine(crate::seccomp::ThreadClass::Worker);
         if device_event == self.tokens.exit {
             // The only error that ends the thread: the connection is over.
             return Err(io::Error::other("connection ended"));

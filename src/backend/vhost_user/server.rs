@@ -129,6 +129,7 @@ impl<A: Admission> VolumeServer<A> {
     /// A frontend's connection on port `index`, on its own thread; then that socket is
     /// armed again.
     fn serve_connection(&self, index: usize) {
+        crate::seccomp::confine(crate::seccomp::ThreadClass::Connection);
         let name = &self.volume.name;
         let mut accepted = false;
         if let Err(e) = self.serve_one(index, &mut accepted) {
@@ -305,6 +306,7 @@ impl<A: Admission> VolumeServer<A> {
         std::thread::Builder::new()
             .name(format!("vol-{name}-hs"))
             .spawn(move || {
+                crate::seccomp::confine(crate::seccomp::ThreadClass::Helper);
                 if !handshake.wait(HANDSHAKE_TIMEOUT) {
                     tracing::warn!(
                         volume = %name,
