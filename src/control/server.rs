@@ -196,9 +196,12 @@ impl ControlServer {
         control: Option<(UnixListener, PathBuf)>,
         metrics: Option<MetricsListener>,
     ) -> io::Result<Self> {
+        // Its blocking threads (hot add, removal, resize) are started by the control
+        // thread and run under its filter.
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_io()
             .enable_time()
+            .on_thread_start(|| crate::seccomp::inherited(crate::seccomp::ThreadClass::Control))
             .build()?;
         let (shutdown, stop) = watch::channel(false);
         let mut sockets = Vec::new();

@@ -14,8 +14,9 @@
 //! - `log`: the kernel logs such a call (audit, `dmesg`) and lets it run;
 //! - `off`: no filter.
 //!
-//! io_uring's requests are not system calls and pass no filter: the rings only ever get
-//! reads, writes, flushes, discards and timeouts on descriptors the daemon opened.
+//! io_uring's requests are not system calls and pass no filter: each ring is restricted
+//! (`IORING_REGISTER_RESTRICTIONS`) to the reads, writes, flushes, discards, timeouts and
+//! no-ops the engine makes, on its registered file, before it is enabled.
 
 mod names;
 mod sigsys;
@@ -111,6 +112,19 @@ pub fn confine(class: ThreadClass) {
     }
 }
 
+/// Labels the calling thread with `class` when it runs under the filter it inherited from a
+/// thread of that class and installs none of its own (tokio's blocking threads, the
+/// vhost-user crate's message thread), so that a blocked call is reported under it.
+pub fn inherited(class: ThreadClass) {
+    if matches!(MODE.get(), Some(Mode::Enforce | Mode::Log)) {
+        CLASS.with(|c| {
+            if c.get().is_none() {
+                c.set(Some(class));
+            }
+        });
+    }
+}
+
 /// The compiled filter of `class` in `mode`, built once per process.
 fn program(class: ThreadClass, mode: Mode) -> Result<&'static BpfProgram, String> {
     static PROGRAMS: [OnceLock<Result<BpfProgram, String>>; ThreadClass::ALL.len()] =
@@ -123,6 +137,7 @@ fn program(class: ThreadClass, mode: Mode) -> Result<&'static BpfProgram, String
 
 fn compile(class: ThreadClass, mode: Mode) -> Result<BpfProgram, String> {
     let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| e.to_string())?;
+    let own_pid = u64::from(std::process::id());
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for (nr, args) in table::allowed(class) {
         let conditions = match args {
@@ -130,7 +145,8 @@ fn compile(class: ThreadClass, mode: Mode) -> Result<BpfProgram, String> {
             None => Vec::new(),
             Some((arg, values)) => values
                 .iter()
-                .map(|&v| {
+                .map(|&v| if v == table::OWN_PID { own_pid } else { v })
+                .map(|v| {
                     SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, v)
                         .and_then(|c| SeccompRule::new(vec![c]))
                 })

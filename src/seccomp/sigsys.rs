@@ -5,6 +5,9 @@
 use super::{names, CLASS};
 use std::fmt::Write;
 
+/// `si_code` of a SIGSYS raised by a seccomp filter (the kernel's `SYS_SECCOMP`).
+const SYS_SECCOMP: libc::c_int = 1;
+
 pub(super) fn install() -> std::io::Result<()> {
     // SAFETY: a zeroed sigaction is valid; the handler is an `extern "C"` function of the
     // signature SA_SIGINFO asks for.
@@ -35,16 +38,29 @@ extern "C" fn handler(
     unsafe { libc::prctl(libc::PR_GET_NAME, thread.as_mut_ptr()) };
     let end = thread.iter().position(|&b| b == 0).unwrap_or(thread.len());
     let thread = std::str::from_utf8(&thread[..end]).unwrap_or("?");
-    let class = CLASS.with(|c| c.get()).map_or("unconfined", |c| c.name());
+    let class = CLASS.with(|c| c.get()).map(|c| c.name());
+    let (class, list) = match class {
+        Some(c) => (c, c),
+        None => ("no", "starting thread's"),
+    };
     let mut line = StackLine::default();
-    let _ = writeln!(
-        line,
-        "seccomp: thread `{thread}` ({class} class) made system call {} ({nr}), which its \
-         filter does not allow: the daemon dies of SIGSYS. If the daemon needs it, add it \
-         to the {class} list of src/seccomp/table.rs; [security] seccomp = \"log\" finds \
-         every such call",
-        names::name(i64::from(nr)).unwrap_or("?"),
-    );
+    // SAFETY: as above; si_code is the first fields' third int.
+    let code = unsafe { (*info).si_code };
+    let _ = if code == SYS_SECCOMP {
+        writeln!(
+            line,
+            "seccomp: thread `{thread}` ({class} class) made system call {} ({nr}), which \
+             its filter does not allow: the daemon dies of SIGSYS. If the daemon needs it, \
+             add it to the {list} list of src/seccomp/table.rs; [security] seccomp = \"log\" \
+             finds every such call",
+            names::name(i64::from(nr)).unwrap_or("?"),
+        )
+    } else {
+        writeln!(
+            line,
+            "SIGSYS sent by a process, not by a seccomp filter: dying of it"
+        )
+    };
     // SAFETY: write, getpid, gettid and tgkill to this thread are in every filter; with
     // SA_RESETHAND the signal now takes its default action.
     unsafe {

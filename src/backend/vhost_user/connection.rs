@@ -312,6 +312,9 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
     }
 
     fn features(&self) -> u64 {
+        // The first message a frontend sends: the crate's message thread runs under the
+        // connection thread's filter.
+        crate::seccomp::inherited(crate::seccomp::ThreadClass::Connection);
         self.handshake.greeted();
         blk_config::features(self.volume.limits.read_only)
     }
