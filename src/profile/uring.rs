@@ -90,8 +90,14 @@ impl Target for UringTarget {
             }
             engine.submit()?;
             if free.len() == depth {
-                // Paced and idle: wait for the next submission time.
-                std::thread::sleep(next_submit.saturating_duration_since(Instant::now()));
+                // Paced and idle: wait for the next submission time, but never past the
+                // job's end (a rate measured as nearly 0 on a stalled host paces requests
+                // up to 1000 s apart).
+                std::thread::sleep(
+                    next_submit
+                        .min(end)
+                        .saturating_duration_since(Instant::now()),
+                );
                 continue;
             }
             engine.wait_for_completion()?;
@@ -161,5 +167,42 @@ fn slot_op(is_write: bool, iovec: &libc::iovec, offset: u64) -> DeviceOp {
             count: 1,
             offset,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::OpenOptionsExt;
+
+    #[test]
+    fn a_paced_job_ends_on_time_even_at_a_rate_of_almost_nothing() {
+        // On a disk (O_DIRECT), not in /dev/shm.
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let path = dir.path().join("disk.img");
+        std::fs::write(&path, vec![1u8; 1 << 20]).unwrap();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&path)
+            .unwrap();
+        let mut target = UringTarget::new(file, 1 << 20);
+        let job = Job {
+            name: "paced",
+            pattern: super::super::plan::Pattern::RandRead,
+            block_size: 4096,
+            depth: 1,
+            duration: Duration::from_millis(50),
+            // One request, then the next would be due in 1000 s.
+            rate_iops: Some(0.0),
+        };
+        let started = Instant::now();
+        let result = target.run(&job, &mut |_| {}).unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(result.ios, 1);
     }
 }
