@@ -175,6 +175,7 @@ fn spawn_planner(
             let mut logged = (0u64, 0i32);
             let mut unreachable = UnreachableTarget::default();
             let mut refused_logged_ns = None;
+            let mut logged_unreached = false;
             loop {
                 // plan() returns when the next period is due.
                 let next = planner.plan();
@@ -196,6 +197,7 @@ fn spawn_planner(
                     shortages = p.nr_shortages,
                     donors = p.nr_donors,
                     active = p.nr_active,
+                    unreached = p.unreached,
                     "planner period"
                 );
                 let moved = p.vrate_after_ppm.abs_diff(logged.0) * 10 > logged.0.max(1)
@@ -210,6 +212,22 @@ fn spawn_planner(
                         latency_rising = p.latency_rising,
                         "qos: vrate changed"
                     );
+                }
+                if p.unreached != logged_unreached {
+                    logged_unreached = p.unreached;
+                    if p.unreached {
+                        tracing::info!(
+                            vrate_pct = p.vrate_after_ppm as f64 / 1e4,
+                            "qos: the underserved volumes miss their latency target even \
+                             with vrate at its minimum: their misses no longer lower vrate, \
+                             which rises while some volume is short of budget"
+                        );
+                    } else {
+                        tracing::info!(
+                            "qos: the underserved volumes' latency responds to vrate again: \
+                             their misses lower it"
+                        );
+                    }
                 }
                 if unreachable.should_warn(&p, qos.period_ns()) {
                     tracing::warn!(

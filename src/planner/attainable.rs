@@ -13,9 +13,25 @@
 //! hold vrate nor, while nobody is short, lower it: only underserved volumes' misses
 //! steer, and vrate rises while someone is short, up to where the budgets stop binding
 //! and the tenants' own queue depths share the device.
+//!
+//! The underserved volumes' misses lower vrate on the premise that others' IO delays
+//! them. [`Reach`] drops that premise when lowering vrate did not bring their latency
+//! back: they missed the aim in [`UNREACHED_AT_MIN_PERIODS`] judged periods at `min`
+//! since they last met it, and their mean latency there is not below
+//! [`RESPONSIVE_PCT`] % of what it was with vrate well above `min`
+//! ([`WELL_ABOVE_MIN_FACTOR`] × `min`). That latency is the device's own at their load,
+//! or the host's: on a busy host a client that did not get the CPU is served below its
+//! share without anyone taking it, and so looks underserved. Their misses then count no
+//! more than everyone's (vrate rises while someone is short) until they meet the aim
+//! again, or until their latency well above `min` grows past that share again (a
+//! writer joined: lowering vrate helps them again). Without a measurement well above
+//! `min` (they became underserved with vrate already low) the premise stands, as in
+//! Linux.
 
 use super::lat_stat::LatStat;
-pub use crate::qos::tunables::ATTAINED_MEMORY_NS;
+pub use crate::qos::tunables::{
+    ATTAINED_MEMORY_NS, RESPONSIVE_PCT, UNREACHED_AT_MIN_PERIODS, WELL_ABOVE_MIN_FACTOR,
+};
 
 /// When everyone's latency last met the aim.
 #[derive(Clone, Copy, Debug, Default)]
@@ -36,6 +52,92 @@ impl Attainable {
     pub(crate) fn recently(&self, now_ns: u64) -> bool {
         self.met_at_ns
             .is_some_and(|at| now_ns.saturating_sub(at) < ATTAINED_MEMORY_NS)
+    }
+}
+
+/// Whether lowering vrate brings the underserved volumes' latency back.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Reach {
+    /// Judged periods at `min` in which they missed the aim since they last met it.
+    missed_at_min: u32,
+    /// `[read, write]` running averages of their mean latency in windows at `min` and
+    /// well above it, µs (0: none yet).
+    mean_at_min_us: [u64; 2],
+    mean_well_above_us: [u64; 2],
+}
+
+/// Where vrate was while a window was served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum VrateLevel {
+    AtMin,
+    Between,
+    WellAboveMin,
+}
+
+impl VrateLevel {
+    /// The level of vrate `base` against `min`.
+    pub(crate) fn of(base: u64, min: u64) -> Self {
+        if base <= min {
+            VrateLevel::AtMin
+        } else if base >= min.saturating_mul(WELL_ABOVE_MIN_FACTOR) {
+            VrateLevel::WellAboveMin
+        } else {
+            VrateLevel::Between
+        }
+    }
+}
+
+impl Reach {
+    /// Records a judged window of the underserved volumes' completions, `victims`, over
+    /// `periods` served at `level`; `aim` = the misses aimed at and `ppm_thr` the misses
+    /// allowed per direction, ppm.
+    pub(crate) fn observe(
+        &mut self,
+        victims: &LatStat,
+        aim: [u32; 2],
+        ppm_thr: [u32; 2],
+        level: VrateLevel,
+        periods: u32,
+    ) {
+        if victims.no_samples(ppm_thr) {
+            return;
+        }
+        let averages = match level {
+            VrateLevel::AtMin => &mut self.mean_at_min_us,
+            VrateLevel::WellAboveMin => &mut self.mean_well_above_us,
+            VrateLevel::Between => return self.count(victims, aim, false, periods),
+        };
+        for (avg, &mean) in averages.iter_mut().zip(&victims.mean_lat_us) {
+            if mean > 0 {
+                *avg = if *avg == 0 {
+                    mean
+                } else {
+                    (*avg * 7 + mean) / 8
+                };
+            }
+        }
+        self.count(victims, aim, level == VrateLevel::AtMin, periods);
+    }
+
+    fn count(&mut self, victims: &LatStat, aim: [u32; 2], at_min: bool, periods: u32) {
+        if !victims.missed_target(aim) {
+            self.missed_at_min = 0;
+        } else if at_min {
+            self.missed_at_min = self.missed_at_min.saturating_add(periods);
+        }
+    }
+
+    /// Lowering vrate did not bring their latency back: their misses should not lower it.
+    pub(crate) fn unreached(&self) -> bool {
+        let unresponsive = (0..2).any(|rw| {
+            let (at_min, above) = (self.mean_at_min_us[rw], self.mean_well_above_us[rw]);
+            at_min > 0 && above > 0 && at_min * 100 >= above * RESPONSIVE_PCT
+        });
+        let responsive = (0..2).any(|rw| {
+            let (at_min, above) = (self.mean_at_min_us[rw], self.mean_well_above_us[rw]);
+            at_min > 0 && above > 0 && at_min * 100 < above * RESPONSIVE_PCT
+        });
+        self.missed_at_min >= UNREACHED_AT_MIN_PERIODS && unresponsive && !responsive
     }
 }
 
@@ -60,5 +162,112 @@ mod tests {
         // A window without completions says nothing.
         a.observe(&LatStat::default(), AIM, 8_000_000_000);
         assert!(!a.recently(8_000_000_000));
+    }
+
+    const THR: [u32; 2] = [100_000, 1_000_000];
+    use VrateLevel::{AtMin, Between, WellAboveMin};
+
+    fn reads_at(missed_ppm: u32, mean_us: u64) -> LatStat {
+        LatStat {
+            mean_lat_us: [mean_us, 0],
+            ..LatStat::reads(100, missed_ppm)
+        }
+    }
+
+    #[test]
+    fn victims_as_slow_at_min_as_above_it_are_unreached_until_they_meet_the_aim() {
+        let mut r = Reach::default();
+        for _ in 0..1000 {
+            r.observe(&reads_at(900_000, 400), AIM, THR, WellAboveMin, 1);
+            r.observe(&reads_at(900_000, 400), AIM, THR, Between, 1);
+        }
+        assert!(
+            !r.unreached(),
+            "misses above min say nothing about what min does"
+        );
+        for _ in 0..UNREACHED_AT_MIN_PERIODS - 1 {
+            r.observe(&reads_at(900_000, 350), AIM, THR, AtMin, 1);
+        }
+        assert!(!r.unreached());
+        // Windows without their completions neither count nor end the count.
+        r.observe(&LatStat::default(), AIM, THR, AtMin, 1);
+        assert!(!r.unreached());
+        r.observe(&reads_at(900_000, 350), AIM, THR, AtMin, 1);
+        assert!(
+            r.unreached(),
+            "missed at min in {UNREACHED_AT_MIN_PERIODS} periods"
+        );
+        r.observe(&reads_at(900_000, 500), AIM, THR, WellAboveMin, 1);
+        assert!(r.unreached(), "still missing, as slow above min");
+        r.observe(&reads_at(30_000, 90), AIM, THR, Between, 1);
+        assert!(!r.unreached(), "met the aim: lowering vrate may help again");
+    }
+
+    #[test]
+    fn victims_visiting_min_now_and_then_add_up_to_unreached() {
+        let mut r = Reach::default();
+        for _ in 0..UNREACHED_AT_MIN_PERIODS / 5 {
+            for _ in 0..5 {
+                r.observe(&reads_at(900_000, 400), AIM, THR, AtMin, 1);
+            }
+            for _ in 0..20 {
+                r.observe(&reads_at(900_000, 400), AIM, THR, WellAboveMin, 1);
+            }
+        }
+        assert!(r.unreached());
+    }
+
+    #[test]
+    fn victims_helped_by_min_stay_reached_though_they_miss_there() {
+        let mut r = Reach::default();
+        r.observe(&reads_at(1_000_000, 9_000), AIM, THR, WellAboveMin, 1);
+        r.observe(
+            &reads_at(900_000, 1_500),
+            AIM,
+            THR,
+            AtMin,
+            10 * UNREACHED_AT_MIN_PERIODS,
+        );
+        assert!(
+            !r.unreached(),
+            "a writer's queue: min cut their latency by 5/6"
+        );
+        let mut r = Reach::default();
+        r.observe(
+            &reads_at(900_000, 1_500),
+            AIM,
+            THR,
+            AtMin,
+            10 * UNREACHED_AT_MIN_PERIODS,
+        );
+        assert!(
+            !r.unreached(),
+            "never measured well above min: the premise stands"
+        );
+    }
+
+    #[test]
+    fn latency_growing_well_above_min_makes_lowering_vrate_help_again() {
+        let mut r = Reach::default();
+        r.observe(&reads_at(900_000, 400), AIM, THR, WellAboveMin, 1);
+        r.observe(
+            &reads_at(900_000, 400),
+            AIM,
+            THR,
+            AtMin,
+            UNREACHED_AT_MIN_PERIODS,
+        );
+        assert!(r.unreached());
+        // One noisy window does not move the average far enough.
+        r.observe(&reads_at(900_000, 800), AIM, THR, WellAboveMin, 1);
+        assert!(r.unreached());
+        // A writer joined: their latency well above min grows and stays.
+        for _ in 0..5 {
+            r.observe(&reads_at(1_000_000, 2_000), AIM, THR, WellAboveMin, 1);
+        }
+        assert!(
+            !r.unreached(),
+            "min would bring them back from 2 ms to 0.4 ms"
+        );
     }
 }

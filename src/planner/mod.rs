@@ -185,6 +185,7 @@ fn plan(dev: &DeviceShared, ps: &mut PlannerState) -> u64 {
         },
         nr_active: st.active.len() as u32,
         missed_at_min: signals.missed_at_min,
+        unreached: ps.reach.unreached(),
     };
     period_ns
 }
@@ -303,10 +304,20 @@ fn judge_window(
     // the target lately ([`attainable`]).
     ps.attainable.observe(&judged.all, aim, now.now_ns);
     let attainable = ps.attainable.recently(now.now_ns);
+    let level = attainable::VrateLevel::of(st.vtime_base_rate, params.vrate_min());
+    ps.reach
+        .observe(&judged.stat, aim, ctx.ppm_thr, level, judged.periods);
     let mut steering = demand;
     let lat = if underserved_only && (demand.nr_shortages > 0 || !attainable) {
         steering.nr_lagging = demand.nr_lagging_victims;
-        judged.stat
+        if ps.reach.unreached() {
+            // Lowering vrate did not bring their latency back: their misses lower it no
+            // more than everyone's, and vrate rises while someone is short.
+            steering.nr_lagging = 0;
+            LatStat::default()
+        } else {
+            judged.stat
+        }
     } else {
         judged.all
     };

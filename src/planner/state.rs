@@ -16,6 +16,9 @@ pub(crate) struct PlannerState {
     pub lat_floors: LatFloors,
     /// When everyone's latency last met the aim (see `attainable`).
     pub attainable: super::attainable::Attainable,
+    /// Whether lowering vrate brings the underserved volumes' latency back (see
+    /// `attainable`).
+    pub reach: super::attainable::Reach,
     /// Consecutive windows with a gross latency miss (see `vrate`).
     pub gross_streak: u32,
     /// What the latency class found since the device's latency was last judged.

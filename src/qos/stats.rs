@@ -114,6 +114,9 @@ pub struct PeriodRecord {
     /// while the base vrate was already at its minimum: lowering vrate cannot help any
     /// more, so the target is tighter than the device delivers at that load.
     pub missed_at_min: u32,
+    /// The underserved volumes missed their latency target at vrate's minimum, so their
+    /// misses no longer lower vrate (see `planner::attainable`).
+    pub unreached: bool,
 }
 
 /// One device.

@@ -166,3 +166,49 @@ fn an_underserved_volume_missing_its_target_lowers_vrate() {
         assert!(w[1] < w[0], "{vrates:?}");
     }
 }
+
+/// `protect = "underserved"`: an underserved volume whose reads miss as much at `min` as
+/// well above it (its latency is its own, or the host's) takes vrate to `min` and, after
+/// `UNREACHED_AT_MIN_PERIODS` there, no longer holds it: vrate rises while its neighbour
+/// is short. One whose latency falls with vrate but still misses at `min` (a neighbour's
+/// queue, only partly drained) keeps it there, as in Linux.
+#[test]
+fn an_underserved_volume_that_min_does_not_help_stops_holding_vrate_there() {
+    let min_ppm = 250_000;
+    // vrate's floor is `min` in vtime units, a few ppm above 25 %.
+    let at_min = |vrate_ppm: u64| vrate_ppm < min_ppm + 1_000;
+    let constant = |_vrate_ppm: u64| 6_000_000u64;
+    let falls_with_vrate = |vrate_ppm: u64| 5_500_000 + vrate_ppm.saturating_sub(min_ppm) * 27;
+    for (latency_ns, rises) in [
+        (&constant as &dyn Fn(u64) -> u64, true),
+        (&falls_with_vrate, false),
+    ] {
+        let (dev, clock) = device(&QosConfig {
+            min: 25.0,
+            max: 200.0,
+            ..underserved_only()
+        });
+        let v = dev.add_volume("v", None, 100).unwrap();
+        let n = dev.add_volume("neighbour", None, 100).unwrap();
+        let mut reached_min_at = None;
+        for period in 0..400 {
+            let lat = latency_ns(dev.vrate_ppm());
+            for _ in 0..100 {
+                if let Decision::Go(c) = v.admit(&io_us(10)) {
+                    let t = clock.now_ns();
+                    v.complete(&c, t, t, t + lat);
+                }
+            }
+            aggress(&n, &clock);
+            clock.advance(dev.period_ns());
+            dev.plan();
+            if at_min(dev.vrate_ppm()) && reached_min_at.is_none() {
+                reached_min_at = Some(period);
+            }
+        }
+        let at = reached_min_at.expect("its misses take vrate to min");
+        let rec = dev.last_period();
+        assert_eq!(rec.unreached, rises, "reached min at period {at}: {rec:?}");
+        assert_eq!(!at_min(dev.vrate_ppm()), rises, "{rec:?}");
+    }
+}
