@@ -16,7 +16,10 @@
 # DEVICE=file (default): this machine's disk through a filled 2 GiB file.
 # DEVICE=emulated: the emulated slow SSD (20k random reads/s, 4 channels).
 #
-# Usage: scripts/bench-equal.sh [SECONDS]   (TENANTS="8 32" ROUNDS=3)
+# BUSY=1: a busy loop takes one of the host's cores throughout, as another tenant of a
+# shared host would; the clients then do not always get the CPU when their reads complete.
+#
+# Usage: scripts/bench-equal.sh [SECONDS]   (TENANTS="8 32" ROUNDS=3 BUSY=0)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -79,9 +82,14 @@ print(f"{sum(iops):.0f} {100 * max(abs(x / mean - 1) for x in iops):.1f}")
 EOF
 }
 
+if [ "${BUSY:-0}" = 1 ]; then
+    (while :; do :; done) &
+    started_pids+=($!)   # the exit trap (scripts/lib.sh) stops it
+fi
+
 setups=(off defaults all)
 [ "$device" = file ] && setups+=(fio)
-echo "equal tenants, QD4 4 KiB random reads, ${secs}s, $rounds alternating rounds, device $device, commit $(git rev-parse --short HEAD)"
+echo "equal tenants, QD4 4 KiB random reads, ${secs}s, $rounds alternating rounds, device $device, busy loop ${BUSY:-0}, commit $(git rev-parse --short HEAD)"
 echo "| tenants | setup | IOPS together (median) | against off | widest from the mean | rounds |"
 echo "|---|---|---|---|---|---|"
 for n in ${TENANTS:-8 32}; do

@@ -16,21 +16,24 @@
 //!
 //! The underserved volumes' misses lower vrate on the premise that others' IO delays
 //! them. [`Reach`] drops that premise when lowering vrate did not bring their latency
-//! back: they missed the aim in [`UNREACHED_AT_MIN_PERIODS`] judged periods at `min`
-//! since they last met it, and their mean latency there is not below
-//! [`RESPONSIVE_PCT`] % of what it was with vrate well above `min`
-//! ([`WELL_ABOVE_MIN_FACTOR`] × `min`). That latency is the device's own at their load,
-//! or the host's: on a busy host a client that did not get the CPU is served below its
-//! share without anyone taking it, and so looks underserved. Their misses then count no
-//! more than everyone's (vrate rises while someone is short) until they meet the aim
-//! again, or until their latency well above `min` grows past that share again (a
-//! writer joined: lowering vrate helps them again). Without a measurement well above
-//! `min` (they became underserved with vrate already low) the premise stands, as in
-//! Linux.
+//! back: they missed the aim in [`UNREACHED_LOW_PERIODS`] judged periods with vrate low
+//! (below [`WELL_ABOVE_MIN_FACTOR`] × `min`) since they last met it, and their mean
+//! latency there is not below [`RESPONSIVE_PCT`] % of what it was with vrate well above
+//! `min`. That latency is the device's own at their load, or the host's: on a busy host
+//! a client that did not get the CPU is served below its share without anyone taking
+//! it, and so looks underserved. Their misses then count no more than everyone's (vrate
+//! rises while someone is short) until they meet the aim again, or a window of theirs
+//! averages [`GROSS_MISS_FACTOR`] × their latency at low vrate (a writer joined: a new
+//! regime, in which lowering vrate helps them again), or their latency well above `min`
+//! grows past that share again. Without a measurement well above `min` (they became underserved with
+//! vrate already low) the premise stands, as in Linux. Low is below twice `min`, not
+//! `min` itself: with a passing victim every few windows vrate moves between `min` and
+//! a few steps above it, and is rarely at `min` for long.
 
 use super::lat_stat::LatStat;
 pub use crate::qos::tunables::{
-    ATTAINED_MEMORY_NS, RESPONSIVE_PCT, UNREACHED_AT_MIN_PERIODS, WELL_ABOVE_MIN_FACTOR,
+    ATTAINED_MEMORY_NS, GROSS_MISS_FACTOR, RESPONSIVE_PCT, UNREACHED_LOW_PERIODS,
+    WELL_ABOVE_MIN_FACTOR,
 };
 
 /// When everyone's latency last met the aim.
@@ -58,31 +61,29 @@ impl Attainable {
 /// Whether lowering vrate brings the underserved volumes' latency back.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Reach {
-    /// Judged periods at `min` in which they missed the aim since they last met it.
-    missed_at_min: u32,
-    /// `[read, write]` running averages of their mean latency in windows at `min` and
-    /// well above it, µs (0: none yet).
-    mean_at_min_us: [u64; 2],
+    /// Judged periods with vrate low in which they missed the aim since they last met it.
+    missed_low: u32,
+    /// `[read, write]` running averages of their mean latency in windows with vrate low
+    /// and with it well above `min`, µs (0: none yet).
+    mean_low_us: [u64; 2],
     mean_well_above_us: [u64; 2],
 }
 
 /// Where vrate was while a window was served.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum VrateLevel {
-    AtMin,
-    Between,
+    /// Below [`WELL_ABOVE_MIN_FACTOR`] × `min`.
+    Low,
     WellAboveMin,
 }
 
 impl VrateLevel {
     /// The level of vrate `base` against `min`.
     pub(crate) fn of(base: u64, min: u64) -> Self {
-        if base <= min {
-            VrateLevel::AtMin
-        } else if base >= min.saturating_mul(WELL_ABOVE_MIN_FACTOR) {
+        if base >= min.saturating_mul(WELL_ABOVE_MIN_FACTOR) {
             VrateLevel::WellAboveMin
         } else {
-            VrateLevel::Between
+            VrateLevel::Low
         }
     }
 }
@@ -102,10 +103,13 @@ impl Reach {
         if victims.no_samples(ppm_thr) {
             return;
         }
+        let far_above_low = (0..2).any(|rw| {
+            self.mean_low_us[rw] > 0
+                && victims.mean_lat_us[rw] >= GROSS_MISS_FACTOR * self.mean_low_us[rw]
+        });
         let averages = match level {
-            VrateLevel::AtMin => &mut self.mean_at_min_us,
+            VrateLevel::Low => &mut self.mean_low_us,
             VrateLevel::WellAboveMin => &mut self.mean_well_above_us,
-            VrateLevel::Between => return self.count(victims, aim, false, periods),
         };
         for (avg, &mean) in averages.iter_mut().zip(&victims.mean_lat_us) {
             if mean > 0 {
@@ -116,28 +120,23 @@ impl Reach {
                 };
             }
         }
-        self.count(victims, aim, level == VrateLevel::AtMin, periods);
-    }
-
-    fn count(&mut self, victims: &LatStat, aim: [u32; 2], at_min: bool, periods: u32) {
-        if !victims.missed_target(aim) {
-            self.missed_at_min = 0;
-        } else if at_min {
-            self.missed_at_min = self.missed_at_min.saturating_add(periods);
+        if !victims.missed_target(aim) || far_above_low {
+            self.missed_low = 0;
+        } else if level == VrateLevel::Low {
+            self.missed_low = self.missed_low.saturating_add(periods);
         }
     }
 
     /// Lowering vrate did not bring their latency back: their misses should not lower it.
     pub(crate) fn unreached(&self) -> bool {
-        let unresponsive = (0..2).any(|rw| {
-            let (at_min, above) = (self.mean_at_min_us[rw], self.mean_well_above_us[rw]);
-            at_min > 0 && above > 0 && at_min * 100 >= above * RESPONSIVE_PCT
-        });
-        let responsive = (0..2).any(|rw| {
-            let (at_min, above) = (self.mean_at_min_us[rw], self.mean_well_above_us[rw]);
-            at_min > 0 && above > 0 && at_min * 100 < above * RESPONSIVE_PCT
-        });
-        self.missed_at_min >= UNREACHED_AT_MIN_PERIODS && unresponsive && !responsive
+        let lowered_by = |rw: usize| {
+            let (low, above) = (self.mean_low_us[rw], self.mean_well_above_us[rw]);
+            (low > 0 && above > 0).then_some(low * 100 < above * RESPONSIVE_PCT)
+        };
+        let compared: Vec<bool> = (0..2).filter_map(lowered_by).collect();
+        self.missed_low >= UNREACHED_LOW_PERIODS
+            && !compared.is_empty()
+            && !compared.contains(&true)
     }
 }
 
@@ -165,7 +164,7 @@ mod tests {
     }
 
     const THR: [u32; 2] = [100_000, 1_000_000];
-    use VrateLevel::{AtMin, Between, WellAboveMin};
+    use VrateLevel::{Low, WellAboveMin};
 
     fn reads_at(missed_ppm: u32, mean_us: u64) -> LatStat {
         LatStat {
@@ -175,40 +174,39 @@ mod tests {
     }
 
     #[test]
-    fn victims_as_slow_at_min_as_above_it_are_unreached_until_they_meet_the_aim() {
+    fn victims_as_slow_at_low_vrate_as_above_it_are_unreached_until_they_meet_the_aim() {
         let mut r = Reach::default();
         for _ in 0..1000 {
             r.observe(&reads_at(900_000, 400), AIM, THR, WellAboveMin, 1);
-            r.observe(&reads_at(900_000, 400), AIM, THR, Between, 1);
         }
         assert!(
             !r.unreached(),
-            "misses above min say nothing about what min does"
+            "misses well above min say nothing of lower vrates"
         );
-        for _ in 0..UNREACHED_AT_MIN_PERIODS - 1 {
-            r.observe(&reads_at(900_000, 350), AIM, THR, AtMin, 1);
+        for _ in 0..UNREACHED_LOW_PERIODS - 1 {
+            r.observe(&reads_at(900_000, 350), AIM, THR, Low, 1);
         }
         assert!(!r.unreached());
         // Windows without their completions neither count nor end the count.
-        r.observe(&LatStat::default(), AIM, THR, AtMin, 1);
+        r.observe(&LatStat::default(), AIM, THR, Low, 1);
         assert!(!r.unreached());
-        r.observe(&reads_at(900_000, 350), AIM, THR, AtMin, 1);
+        r.observe(&reads_at(900_000, 350), AIM, THR, Low, 1);
         assert!(
             r.unreached(),
-            "missed at min in {UNREACHED_AT_MIN_PERIODS} periods"
+            "missed at low vrate in {UNREACHED_LOW_PERIODS} periods"
         );
         r.observe(&reads_at(900_000, 500), AIM, THR, WellAboveMin, 1);
-        assert!(r.unreached(), "still missing, as slow above min");
-        r.observe(&reads_at(30_000, 90), AIM, THR, Between, 1);
+        assert!(r.unreached(), "still missing, as slow well above min");
+        r.observe(&reads_at(30_000, 90), AIM, THR, Low, 1);
         assert!(!r.unreached(), "met the aim: lowering vrate may help again");
     }
 
     #[test]
-    fn victims_visiting_min_now_and_then_add_up_to_unreached() {
+    fn victims_visiting_low_vrate_now_and_then_add_up_to_unreached() {
         let mut r = Reach::default();
-        for _ in 0..UNREACHED_AT_MIN_PERIODS / 5 {
+        for _ in 0..UNREACHED_LOW_PERIODS / 5 {
             for _ in 0..5 {
-                r.observe(&reads_at(900_000, 400), AIM, THR, AtMin, 1);
+                r.observe(&reads_at(900_000, 400), AIM, THR, Low, 1);
             }
             for _ in 0..20 {
                 r.observe(&reads_at(900_000, 400), AIM, THR, WellAboveMin, 1);
@@ -218,27 +216,27 @@ mod tests {
     }
 
     #[test]
-    fn victims_helped_by_min_stay_reached_though_they_miss_there() {
+    fn victims_helped_by_low_vrate_stay_reached_though_they_miss_there() {
         let mut r = Reach::default();
         r.observe(&reads_at(1_000_000, 9_000), AIM, THR, WellAboveMin, 1);
         r.observe(
             &reads_at(900_000, 1_500),
             AIM,
             THR,
-            AtMin,
-            10 * UNREACHED_AT_MIN_PERIODS,
+            Low,
+            10 * UNREACHED_LOW_PERIODS,
         );
         assert!(
             !r.unreached(),
-            "a writer's queue: min cut their latency by 5/6"
+            "a writer's queue: low vrate cut their latency by 5/6"
         );
         let mut r = Reach::default();
         r.observe(
             &reads_at(900_000, 1_500),
             AIM,
             THR,
-            AtMin,
-            10 * UNREACHED_AT_MIN_PERIODS,
+            Low,
+            10 * UNREACHED_LOW_PERIODS,
         );
         assert!(
             !r.unreached(),
@@ -254,8 +252,8 @@ mod tests {
             &reads_at(900_000, 400),
             AIM,
             THR,
-            AtMin,
-            UNREACHED_AT_MIN_PERIODS,
+            Low,
+            UNREACHED_LOW_PERIODS,
         );
         assert!(r.unreached());
         // One noisy window does not move the average far enough.
@@ -269,5 +267,23 @@ mod tests {
             !r.unreached(),
             "min would bring them back from 2 ms to 0.4 ms"
         );
+    }
+
+    #[test]
+    fn a_window_far_slower_than_at_low_vrate_makes_lowering_vrate_help_at_once() {
+        let mut r = Reach::default();
+        r.observe(&reads_at(900_000, 400), AIM, THR, WellAboveMin, 1);
+        r.observe(
+            &reads_at(900_000, 400),
+            AIM,
+            THR,
+            Low,
+            UNREACHED_LOW_PERIODS,
+        );
+        assert!(r.unreached());
+        r.observe(&reads_at(900_000, 1_500), AIM, THR, WellAboveMin, 1);
+        assert!(r.unreached(), "under 4x their latency at low vrate");
+        r.observe(&reads_at(1_000_000, 10_000), AIM, THR, WellAboveMin, 1);
+        assert!(!r.unreached(), "readers back beside a writer's full queue");
     }
 }

@@ -88,15 +88,15 @@ pub const VRATE_CLAMP_ADJ_PCT: u64 = 4;
 /// How long one window that met the aim keeps the target attainable.
 pub const ATTAINED_MEMORY_NS: u64 = 5_000_000_000;
 
-/// Judged periods at `min` in which the underserved volumes missed the aim, since they
-/// last met it, after which lowering vrate is taken not to help them.
-pub const UNREACHED_AT_MIN_PERIODS: u32 = 50;
-
-/// vrate at least this many times `min` is "well above" it...
+/// vrate at least this many times `min` is "well above" it, and below that "low".
 pub const WELL_ABOVE_MIN_FACTOR: u64 = 2;
 
-/// ...and lowering vrate from there to `min` helps the underserved volumes if it brings
-/// their mean latency below this share of what it was there, percent.
+/// Judged periods with vrate low in which the underserved volumes missed the aim, since
+/// they last met it, after which lowering vrate is taken not to help them...
+pub const UNREACHED_LOW_PERIODS: u32 = 50;
+
+/// ...unless it brought their mean latency below this share of what it was with vrate
+/// well above `min`, percent.
 pub const RESPONSIVE_PCT: u64 = 67;
 
 // ---- victims (design §5.10): `victims` ----

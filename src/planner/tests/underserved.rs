@@ -169,7 +169,7 @@ fn an_underserved_volume_missing_its_target_lowers_vrate() {
 
 /// `protect = "underserved"`: an underserved volume whose reads miss as much at `min` as
 /// well above it (its latency is its own, or the host's) takes vrate to `min` and, after
-/// `UNREACHED_AT_MIN_PERIODS` there, no longer holds it: vrate rises while its neighbour
+/// `UNREACHED_LOW_PERIODS` below twice `min`, no longer holds it: vrate rises while its neighbour
 /// is short. One whose latency falls with vrate but still misses at `min` (a neighbour's
 /// queue, only partly drained) keeps it there, as in Linux.
 #[test]
