@@ -404,8 +404,8 @@ fn guest_survives_daemon_kill_during_out_of_order_io() {
         d = DaemonProcess::start_in(dir, &config);
         ctx.watch(&d);
         // The next kill comes after QEMU has reconnected: killed in the middle of its
-        // reconnect handshake, QEMU 7.2 gives up reconnecting ("vhost_backend_init
-        // failed"; likely QEMU's "lost reconnect" bug, fixed upstream in 2024).
+        // reconnect handshake, QEMU before 9.1 gives up reconnecting ("vhost_backend_init
+        // failed", its "lost reconnect" bug; design §8.14).
         assert!(
             d.wait_for_log("frontend connected"),
             "QEMU did not reconnect after kill {}; console {}",
