@@ -8,6 +8,8 @@
 #      runs one fio command built from the kernel command line.
 #
 # usage: scripts/guest/prepare.sh [CACHE_DIR]     (default: $GUEST_CACHE or target/guest-cache)
+#   4. unpacks bookworm-backports' QEMU (scripts/guest/fetch-qemu.sh) for the one test that
+#      needs QEMU 9.1 or later, printing `QEMU_FIXED=...`.
 # Prints `KERNEL=...` and `INITRD=...` on its last two lines. Safe to run concurrently (flock).
 # Exit status 2 means a prerequisite is missing and could not be installed.
 set -euo pipefail
@@ -165,5 +167,8 @@ if [ ! -f "$initrd" ]; then
     # Older builds are no longer referenced.
     find "$cache" -maxdepth 1 -name 'initramfs-*.cpio' ! -name "$(basename "$initrd")" -delete
 fi
+# A QEMU that survives a backend dying inside its reconnect handshake, for the test that
+# kills the daemon at any moment; without it that test fails and says why.
+"$repo/scripts/guest/fetch-qemu.sh" "$cache" || say "no QEMU 9.1 or later (scripts/guest/fetch-qemu.sh failed)"
 echo "KERNEL=$kernel"
 echo "INITRD=$initrd"

@@ -11,6 +11,8 @@
 #   --timeout SECS   hard limit for the whole guest run (default 240); exit 124 when hit
 #   --reconnect      add reconnect=1 to the chardev (QEMU reconnects when the daemon restarts)
 #   --kernel K --initrd I   boot these (default: whatever prepare.sh prints)
+#   --qemu PATH      this qemu-system-x86_64, with its firmware and modules from beside it
+#                    (PATH/../share/qemu, PATH/../lib/x86_64-linux-gnu/qemu)
 #   --qmp PATH       a QMP control socket at PATH (for a test driving a migration)
 #   --incoming URI   start as a migration's destination, waiting for it on URI (for
 #                    example tcp:127.0.0.1:4444); the console then shows the migrated
@@ -22,9 +24,9 @@
 # missing prerequisites. Stopped with SIGTERM/SIGINT, it stops QEMU (by PID) first.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-sock= log= smp=1 mem=512M queues=2 limit=240 reconnect= kernel= initrd=
+sock= log= smp=1 mem=512M queues=2 limit=240 reconnect= kernel= initrd= qemu=qemu-system-x86_64
 extra=()
-usage() { sed -n '2,24p' "$0" >&2; exit 2; }
+usage() { sed -n '2,26p' "$0" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --socket) sock=$2; shift 2 ;;
@@ -36,6 +38,13 @@ while [ $# -gt 0 ]; do
         --reconnect) reconnect=,reconnect=1; shift ;;
         --kernel) kernel=$2; shift 2 ;;
         --initrd) initrd=$2; shift 2 ;;
+        --qemu) qemu=$2; extra+=(-L "$(dirname "$2")/../share/qemu")
+                # Its own build's modules: QEMU refuses those of the installed one, and
+                # the audio ones it would probe for are not unpacked (QEMU 7.2 has no
+                # `-audio none`, so only here).
+                export QEMU_MODULE_DIR; QEMU_MODULE_DIR=$(dirname "$2")/../lib/x86_64-linux-gnu/qemu
+                extra+=(-audio none)
+                shift 2 ;;
         --qmp) extra+=(-qmp "unix:$2,server=on,wait=off"); shift 2 ;;
         --incoming) extra+=(-incoming "$2"); shift 2 ;;
         --) shift; break ;;
@@ -47,8 +56,8 @@ done
 [ -n "$sock" ] && [ -n "$log" ] || usage
 die() { echo "run-guest.sh: ERROR: $*" >&2; exit 2; }
 
-command -v qemu-system-x86_64 >/dev/null 2>&1 \
-    || die "qemu-system-x86_64 not found (apt-get install qemu-system-x86, or run scripts/guest/prepare.sh as root)"
+command -v "$qemu" >/dev/null 2>&1 \
+    || die "$qemu not found (apt-get install qemu-system-x86, or run scripts/guest/prepare.sh as root)"
 if [ -z "$kernel" ] || [ -z "$initrd" ]; then
     out=$("$here/prepare.sh") || die "prepare.sh failed"
     kernel=$(printf '%s\n' "$out" | sed -n 's/^KERNEL=//p')
@@ -66,7 +75,7 @@ exec 3<&0
 
 start=$(date +%s.%N)
 # The whole run has a hard limit; `timeout` forwards our SIGTERM and KILLs 5 s later.
-timeout -k 5 "$limit" qemu-system-x86_64 -accel tcg -smp "$smp" \
+timeout -k 5 "$limit" "$qemu" -accel tcg -smp "$smp" \
     -machine q35,memory-backend=mem -object "memory-backend-memfd,id=mem,size=$mem,share=on" -m "$mem" \
     -kernel "$kernel" -initrd "$initrd" \
     -append "console=ttyS0 quiet panic=-1 $*" \

@@ -1,10 +1,10 @@
 //! `[device.emulated.crash]`: the daemon kills itself (SIGKILL) at a chosen point of the
 //! data path, so that recovery from the inflight log can be tested at each point where a
-//! crash leaves a different state behind.
+//! crash leaves a different state behind, and from a crash inside a VMM's handshake.
 //!
 //! ```toml
 //! [device.emulated.crash]
-//! at = "after-publish"   # after-pop | before-publish | after-publish | mid-clear
+//! at = "after-publish"   # after-pop | before-publish | after-publish | mid-clear | mid-handshake
 //! nth = 3                # the 3rd time any worker reaches that point (default 1)
 //! ```
 //!
@@ -12,7 +12,10 @@
 //! * `before-publish`: requests completed by the device, their used entries not written;
 //! * `after-publish`: the used index stored (the guest sees the batch), the batch not yet
 //!   cleared from the log;
-//! * `mid-clear`: half of a published batch cleared from the log.
+//! * `mid-clear`: half of a published batch cleared from the log;
+//! * `mid-handshake`: a frontend asked for the protocol features (`GET_PROTOCOL_FEATURES`),
+//!   early in its (re)connection handshake, where QEMU before 9.1 does not survive a
+//!   backend's death (design §8.14).
 //!
 //! Like the fault rules, only an emulated device has it, so no production disk can be
 //! configured to crash.
@@ -28,6 +31,7 @@ pub enum CrashPoint {
     BeforePublish,
     AfterPublish,
     MidClear,
+    MidHandshake,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -46,6 +46,8 @@ pub(crate) fn log_dir() -> PathBuf {
 pub(crate) struct Image {
     pub kernel: String,
     pub initrd: String,
+    /// A QEMU 9.1 or later (scripts/guest/fetch-qemu.sh), if one could be unpacked.
+    pub qemu_fixed: Option<String>,
 }
 
 /// Runs prepare.sh once per test process. `None`: skipped on purpose (printed).
@@ -77,7 +79,12 @@ pub(crate) fn image() -> Option<&'static Image> {
                     "guest image ready in {:.1?}: {kernel}, {initrd}",
                     t.elapsed()
                 );
-                Ok(Image { kernel, initrd })
+                let qemu_fixed = field("QEMU_FIXED=");
+                Ok(Image {
+                    kernel,
+                    initrd,
+                    qemu_fixed,
+                })
             }
             _ => Err(format!(
                 "scripts/guest/prepare.sh failed ({}):\n{}{}",
@@ -162,6 +169,8 @@ pub(crate) struct GuestSpec {
     pub qmp: Option<PathBuf>,
     /// Start as a migration's destination, listening on this URI.
     pub incoming: Option<String>,
+    /// This qemu-system-x86_64 rather than the one on PATH.
+    pub qemu: Option<String>,
 }
 
 impl GuestSpec {
@@ -173,6 +182,7 @@ impl GuestSpec {
             fio,
             qmp: None,
             incoming: None,
+            qemu: None,
         }
     }
 }
@@ -214,6 +224,10 @@ impl Guest {
         if let Some(qmp) = &spec.qmp {
             args.push("--qmp".into());
             args.push(qmp.to_string_lossy().into_owned());
+        }
+        if let Some(qemu) = &spec.qemu {
+            args.push("--qemu".into());
+            args.push(qemu.clone());
         }
         if let Some(uri) = &spec.incoming {
             args.push("--incoming".into());

@@ -347,9 +347,16 @@ fn guest_two_guests_weighted_split() {
 
 /// Boots a guest with `reconnect=1` on volume "vm" of `d` running the fio `job`, and waits
 /// until fio has started: a guest for a test that restarts the daemon under it.
-fn start_fio_across_restarts(image: &Image, ctx: &Ctx, d: &DaemonProcess, job: &[&str]) -> Guest {
+pub(crate) fn start_fio_across_restarts(
+    image: &Image,
+    ctx: &Ctx,
+    d: &DaemonProcess,
+    job: &[&str],
+    qemu: Option<String>,
+) -> Guest {
     let mut spec = GuestSpec::new(fio(&[job]));
     spec.reconnect = true;
+    spec.qemu = qemu;
     let mut g = Guest::start(image, &d.socket("vm"), ctx.console_path("vm"), &spec);
     assert!(
         g.wait_for("HARNESS: fio start", Duration::from_secs(60)),
@@ -390,6 +397,7 @@ fn guest_survives_daemon_kill_during_out_of_order_io() {
             "do_verify=1",
             "verify_fatal=1",
         ],
+        None,
     );
     // Five kills at random moments, 0.5-1.5 s after QEMU reconnected, from the clock.
     let seed = std::time::SystemTime::now()
@@ -456,6 +464,7 @@ fn guest_survives_daemon_restart() {
             "do_verify=1",
             "verify_fatal=1",
         ],
+        None,
     );
     for (i, after) in [2u64, 3].into_iter().enumerate() {
         std::thread::sleep(Duration::from_secs(after));

@@ -17,6 +17,7 @@ mod drain;
 mod emulated;
 mod faults;
 mod guest;
+mod guest_kill_anytime;
 mod guest_tests;
 mod handover;
 mod hostile;

@@ -320,6 +320,8 @@ impl<A: Admission> VhostUserBackend for VolumeBackend<A> {
     }
 
     fn protocol_features(&self) -> VhostUserProtocolFeatures {
+        // Asked for by GET_PROTOCOL_FEATURES only, early in a frontend's handshake.
+        crate::emulated::crash::reached(crate::emulated::crash::CrashPoint::MidHandshake);
         blk_config::protocol_features()
     }
 
