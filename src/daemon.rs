@@ -218,9 +218,10 @@ fn spawn_planner(
                     if p.unreached {
                         tracing::info!(
                             vrate_pct = p.vrate_after_ppm as f64 / 1e4,
-                            "qos: the underserved volumes miss their latency target even \
-                             with vrate at its minimum: their misses no longer lower vrate, \
-                             which rises while some volume is short of budget"
+                            "qos: the underserved volumes miss their latency target with \
+                             vrate low as they did with it higher, so lowering it does not \
+                             help them: their misses no longer lower vrate, which rises while \
+                             some volume is short of budget"
                         );
                     } else {
                         tracing::info!(

@@ -129,14 +129,15 @@ impl Reach {
 
     /// Lowering vrate did not bring their latency back: their misses should not lower it.
     pub(crate) fn unreached(&self) -> bool {
-        let lowered_by = |rw: usize| {
+        let (mut compared, mut helped) = (false, false);
+        for rw in 0..2 {
             let (low, above) = (self.mean_low_us[rw], self.mean_well_above_us[rw]);
-            (low > 0 && above > 0).then_some(low * 100 < above * RESPONSIVE_PCT)
-        };
-        let compared: Vec<bool> = (0..2).filter_map(lowered_by).collect();
-        self.missed_low >= UNREACHED_LOW_PERIODS
-            && !compared.is_empty()
-            && !compared.contains(&true)
+            if low > 0 && above > 0 {
+                compared = true;
+                helped |= low * 100 < above * RESPONSIVE_PCT;
+            }
+        }
+        self.missed_low >= UNREACHED_LOW_PERIODS && compared && !helped
     }
 }
 
