@@ -7,14 +7,6 @@ use crate::guest::*;
 use crate::guest_tests::start_fio_across_restarts;
 use std::time::{Duration, Instant};
 
-/// `config` with the handshake crash point in its `[device.emulated]` table.
-fn crashing_config(config: &str) -> String {
-    let at = config
-        .find("[[volume]]")
-        .expect("a volume table follows the device's");
-    format!("{}{IN_HANDSHAKE}\n{}", &config[..at], &config[at..])
-}
-
 /// Kills during I/O, each followed by a daemon that dies inside QEMU's reconnect
 /// handshake.
 const KILLS: u32 = 4;
@@ -22,6 +14,14 @@ const KILLS: u32 = 4;
 /// The restarted daemon's own crash point: QEMU's reconnect handshake, where QEMU 7.2
 /// gives up.
 const IN_HANDSHAKE: &str = "\n[device.emulated.crash]\nat = \"mid-handshake\"\n";
+
+/// `config` with the handshake crash point in its `[device.emulated]` table.
+fn crashing_config(config: &str) -> String {
+    let at = config
+        .find("[[volume]]")
+        .expect("a volume table follows the device's");
+    format!("{}{IN_HANDSHAKE}\n{}", &config[..at], &config[at..])
+}
 
 /// (g) Four times while the guest writes 4 KiB and 256 KiB blocks at QD32 on the emulated
 /// device and verifies them, the daemon is SIGKILLed at a random moment of the I/O, 0.2–1.5 s
