@@ -10,8 +10,9 @@
 # taking the disk's interrupts (beside fio pinned there), and with a client that polls its
 # queue too (the tenant's poll = true, as a guest with polled virtio-blk queues).
 #
-# The machine is shared and noisy: each row runs once per round, and the table shows the
-# round with the highest IOPS of each (fio's too). Stages are means over the round trips
+# The machine is shared and noisy: each row runs once per round, the rows in turn, and the
+# table shows each row's median round by IOPS (fio's too), so that its stages stay those of
+# one run. Stages are means over the round trips
 # traced, so they add up to the traced cycle (the trace includes the ramp, the cycle row
 # does not); the cycle model is exact at QD1 and holds at QD32 while the daemon reaps
 # whole batches (the completions-per-reap row).
@@ -91,17 +92,19 @@ done
 python3 - "$work/results.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-def best(name, qd):
-    return max((r for r in rows if r["row"] == name and r["qd"] == qd), key=lambda r: r["iops"])
+def median_round(name, qd):
+    # The median round by IOPS (the upper middle one of an even count).
+    runs = sorted((r for r in rows if r["row"] == name and r["qd"] == qd), key=lambda r: r["iops"])
+    return runs[len(runs) // 2]
 cols = [("vhost-iocost, QD1", 1), ("vhost-iocost, QD1, poll_max 64us", 1),
         ("vhost-iocost, QD1, poll_max 64us, interrupt CPU", 1),
         ("vhost-iocost, QD1, poll_max 64us, polling client", 1),
         ("vhost-iocost, QD32", 32), ("vhost-iocost, null, QD1", 1)]
 cols = [c for c in cols if any(r["row"] == c[0] for r in rows)]
-picked = [best(*c) for c in cols]
-fio = {qd: best("fio", qd) for qd in (1, 32)}
+picked = [median_round(*c) for c in cols]
+fio = {qd: median_round("fio", qd) for qd in (1, 32)}
 # The pinned daemon against fio pinned to the same CPU.
-fio_of = {c[0]: (best("fio, interrupt CPU", 1) if "interrupt CPU" in c[0] else fio[c[1]])
+fio_of = {c[0]: (median_round("fio, interrupt CPU", 1) if "interrupt CPU" in c[0] else fio[c[1]])
           for c in cols}
 print("| mean per round trip, us | " + " | ".join(c[0].removeprefix("vhost-iocost, ") for c in cols) + " |")
 print("|---|" + "---|" * len(cols))
@@ -118,7 +121,7 @@ print("| cycle (QD / IOPS) | " + " | ".join(f"{p['cycle_us']:.1f}" for p in pick
 on_file = [("null" not in c[0]) for c in cols]
 def vs_fio(fmt):
     return " | ".join(fmt(p, fio_of[c[0]]) if f else "" for p, c, f in zip(picked, cols, on_file))
-print("| fio's cycle, its best round of the same rounds (pinned with the pinned daemon) | " + vs_fio(lambda p, f: f"{f['cycle_us']:.1f}") + " |")
+print("| fio's cycle, its median round of the same rounds (pinned with the pinned daemon) | " + vs_fio(lambda p, f: f"{f['cycle_us']:.1f}") + " |")
 print("| IOPS / fio's | " + vs_fio(lambda p, f: f"{p['iops'] / f['iops']:.2f}") + " |")
 print("| p50 latency - fio's | " + vs_fio(lambda p, f: f"{p['p50'] - f['p50']:+.1f}") + " |")
 PY
