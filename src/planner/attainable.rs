@@ -174,6 +174,22 @@ mod tests {
         }
     }
 
+    /// Victims at 400 µs well above min and as slow below twice min, long enough to be
+    /// unreached.
+    fn unreached_at_400us() -> Reach {
+        let mut r = Reach::default();
+        r.observe(&reads_at(900_000, 400), AIM, THR, WellAboveMin, 1);
+        r.observe(
+            &reads_at(900_000, 400),
+            AIM,
+            THR,
+            Low,
+            UNREACHED_LOW_PERIODS,
+        );
+        assert!(r.unreached());
+        r
+    }
+
     #[test]
     fn victims_as_slow_at_low_vrate_as_above_it_are_unreached_until_they_meet_the_aim() {
         let mut r = Reach::default();
@@ -247,16 +263,7 @@ mod tests {
 
     #[test]
     fn latency_growing_well_above_min_makes_lowering_vrate_help_again() {
-        let mut r = Reach::default();
-        r.observe(&reads_at(900_000, 400), AIM, THR, WellAboveMin, 1);
-        r.observe(
-            &reads_at(900_000, 400),
-            AIM,
-            THR,
-            Low,
-            UNREACHED_LOW_PERIODS,
-        );
-        assert!(r.unreached());
+        let mut r = unreached_at_400us();
         // One noisy window does not move the average far enough.
         r.observe(&reads_at(900_000, 800), AIM, THR, WellAboveMin, 1);
         assert!(r.unreached());
@@ -272,16 +279,7 @@ mod tests {
 
     #[test]
     fn a_window_far_slower_than_at_low_vrate_makes_lowering_vrate_help_at_once() {
-        let mut r = Reach::default();
-        r.observe(&reads_at(900_000, 400), AIM, THR, WellAboveMin, 1);
-        r.observe(
-            &reads_at(900_000, 400),
-            AIM,
-            THR,
-            Low,
-            UNREACHED_LOW_PERIODS,
-        );
-        assert!(r.unreached());
+        let mut r = unreached_at_400us();
         r.observe(&reads_at(900_000, 1_500), AIM, THR, WellAboveMin, 1);
         assert!(r.unreached(), "under 4x their latency at low vrate");
         r.observe(&reads_at(1_000_000, 10_000), AIM, THR, WellAboveMin, 1);

@@ -309,13 +309,13 @@ fn judge_window(
         .observe(&judged.stat, aim, ctx.ppm_thr, level, judged.periods);
     let mut steering = demand;
     let lat = if underserved_only && (demand.nr_shortages > 0 || !attainable) {
-        steering.nr_lagging = demand.nr_lagging_victims;
         if ps.reach.unreached() {
             // Lowering vrate did not bring their latency back: their misses lower it no
             // more than everyone's, and vrate rises while someone is short.
             steering.nr_lagging = 0;
             LatStat::default()
         } else {
+            steering.nr_lagging = demand.nr_lagging_victims;
             judged.stat
         }
     } else {

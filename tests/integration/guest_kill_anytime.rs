@@ -4,7 +4,9 @@
 
 use crate::daemon::DaemonProcess;
 use crate::guest::*;
-use crate::guest_tests::start_fio_across_restarts;
+use crate::guest_tests::{
+    assert_written_and_verified, start_fio_across_restarts, OUT_OF_ORDER_VERIFIED_WRITES,
+};
 use std::time::{Duration, Instant};
 
 /// Kills during I/O, each followed by a daemon that dies inside QEMU's reconnect
@@ -45,22 +47,7 @@ fn guest_survives_daemon_kills_at_any_moment_its_reconnect_handshake_included() 
     let mut d = DaemonProcess::start(&config);
     ctx.watch(&d);
     let t = Instant::now();
-    let g = start_fio_across_restarts(
-        image,
-        &ctx,
-        &d,
-        &[
-            "name=verify-across-kills",
-            "rw=randwrite",
-            "bssplit=4k/50:256k/50",
-            "iodepth=32",
-            "size=256M",
-            "verify=crc32c",
-            "do_verify=1",
-            "verify_fatal=1",
-        ],
-        Some(qemu),
-    );
+    let g = start_fio_across_restarts(image, &ctx, &d, OUT_OF_ORDER_VERIFIED_WRITES, Some(qemu));
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -98,17 +85,12 @@ fn guest_survives_daemon_kills_at_any_moment_its_reconnect_handshake_included() 
     let json = run.fio_ok();
     // QEMU reports each handshake the crash point cut short.
     let failed_handshakes = run.console.matches("vhost_backend_init failed").count();
-    let j = &json["jobs"][0];
-    let (w, r) = (
-        j["write"]["total_ios"].as_f64().unwrap(),
-        j["read"]["total_ios"].as_f64().unwrap(),
-    );
+    let (w, r) = assert_written_and_verified(&json);
     eprintln!(
         "kill-anytime: {w} writes, {r} verified reads, {failed_handshakes} handshakes cut \
          short, {:.1?}",
         t.elapsed()
     );
-    assert!(w > 0.0 && r >= w, "{w} writes, {r} reads");
     assert_eq!(
         failed_handshakes, KILLS as usize,
         "QEMU's reports of a failed vhost_backend_init"
