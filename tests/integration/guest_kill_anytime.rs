@@ -43,7 +43,7 @@ fn guest_survives_daemon_kills_at_any_moment_its_reconnect_handshake_included() 
     });
     let _l = lock();
     let mut ctx = Ctx::new("kill-anytime");
-    let config = guest_config(crate::devices::SLOW_DEVICE, &[("vm", 256, "")]);
+    let config = guest_config(crate::devices::SLOW_DEVICE, &[("vm", 512, "")]);
     let mut d = DaemonProcess::start(&config);
     ctx.watch(&d);
     let t = Instant::now();
