@@ -26,11 +26,14 @@
 //! averages [`GROSS_MISS_FACTOR`] × their latency at low vrate (a writer joined: a new
 //! regime, in which lowering vrate helps them again), or their latency well above `min`
 //! grows past that share again. Without a measurement well above `min` (they became underserved with
-//! vrate already low) the premise stands, as in Linux. Low is below twice `min`, not
+//! vrate already low) the premise stands, as in Linux. Victims after a second without
+//! any are judged afresh: readers back from idle beside a writer that was alone
+//! meanwhile are a new load, whatever the last ones' latency said. Low is below twice `min`, not
 //! `min` itself: with a passing victim every few windows vrate moves between `min` and
 //! a few steps above it, and is rarely at `min` for long.
 
 use super::lat_stat::LatStat;
+use crate::qos::tunables::FRESH_AFTER_IDLE_NS;
 pub use crate::qos::tunables::{
     ATTAINED_MEMORY_NS, GROSS_MISS_FACTOR, RESPONSIVE_PCT, UNREACHED_LOW_PERIODS,
     WELL_ABOVE_MIN_FACTOR,
@@ -67,6 +70,8 @@ pub(crate) struct Reach {
     /// and with it well above `min`, µs (0: none yet).
     mean_low_us: [u64; 2],
     mean_well_above_us: [u64; 2],
+    /// When a window last held their completions.
+    seen_at_ns: Option<u64>,
 }
 
 /// Where vrate was while a window was served.
@@ -90,19 +95,29 @@ impl VrateLevel {
 
 impl Reach {
     /// Records a judged window of the underserved volumes' completions, `victims`, over
-    /// `periods` served at `level`; `aim` = the misses aimed at and `ppm_thr` the misses
-    /// allowed per direction, ppm.
+    /// `periods` served at `level` and ending at `now_ns`; `aim` = the misses aimed at
+    /// and `ppm_thr` the misses allowed per direction, ppm.
     pub(crate) fn observe(
         &mut self,
         victims: &LatStat,
         aim: [u32; 2],
         ppm_thr: [u32; 2],
-        level: VrateLevel,
-        periods: u32,
+        (level, periods): (VrateLevel, u32),
+        now_ns: u64,
     ) {
         if victims.no_samples(ppm_thr) {
             return;
         }
+        if self
+            .seen_at_ns
+            .is_some_and(|at| now_ns.saturating_sub(at) > FRESH_AFTER_IDLE_NS)
+        {
+            // Victims after a second without any: others, or the same ones back to a new
+            // load (a writer that was alone meanwhile). What was learnt of the last ones
+            // says nothing of them.
+            *self = Reach::default();
+        }
+        self.seen_at_ns = Some(now_ns);
         let far_above_low = (0..2).any(|rw| {
             self.mean_low_us[rw] > 0
                 && victims.mean_lat_us[rw] >= GROSS_MISS_FACTOR * self.mean_low_us[rw]
@@ -178,13 +193,13 @@ mod tests {
     /// unreached.
     fn unreached_at_400us() -> Reach {
         let mut r = Reach::default();
-        r.observe(&reads_at(900_000, 400), AIM, THR, WellAboveMin, 1);
+        r.observe(&reads_at(900_000, 400), AIM, THR, (WellAboveMin, 1), 0);
         r.observe(
             &reads_at(900_000, 400),
             AIM,
             THR,
-            Low,
-            UNREACHED_LOW_PERIODS,
+            (Low, UNREACHED_LOW_PERIODS),
+            0,
         );
         assert!(r.unreached());
         r
@@ -194,27 +209,27 @@ mod tests {
     fn victims_as_slow_at_low_vrate_as_above_it_are_unreached_until_they_meet_the_aim() {
         let mut r = Reach::default();
         for _ in 0..1000 {
-            r.observe(&reads_at(900_000, 400), AIM, THR, WellAboveMin, 1);
+            r.observe(&reads_at(900_000, 400), AIM, THR, (WellAboveMin, 1), 0);
         }
         assert!(
             !r.unreached(),
             "misses well above min say nothing of lower vrates"
         );
         for _ in 0..UNREACHED_LOW_PERIODS - 1 {
-            r.observe(&reads_at(900_000, 350), AIM, THR, Low, 1);
+            r.observe(&reads_at(900_000, 350), AIM, THR, (Low, 1), 0);
         }
         assert!(!r.unreached());
         // Windows without their completions neither count nor end the count.
-        r.observe(&LatStat::default(), AIM, THR, Low, 1);
+        r.observe(&LatStat::default(), AIM, THR, (Low, 1), 0);
         assert!(!r.unreached());
-        r.observe(&reads_at(900_000, 350), AIM, THR, Low, 1);
+        r.observe(&reads_at(900_000, 350), AIM, THR, (Low, 1), 0);
         assert!(
             r.unreached(),
             "missed at low vrate in {UNREACHED_LOW_PERIODS} periods"
         );
-        r.observe(&reads_at(900_000, 500), AIM, THR, WellAboveMin, 1);
+        r.observe(&reads_at(900_000, 500), AIM, THR, (WellAboveMin, 1), 0);
         assert!(r.unreached(), "still missing, as slow well above min");
-        r.observe(&reads_at(30_000, 90), AIM, THR, Low, 1);
+        r.observe(&reads_at(30_000, 90), AIM, THR, (Low, 1), 0);
         assert!(!r.unreached(), "met the aim: lowering vrate may help again");
     }
 
@@ -223,10 +238,10 @@ mod tests {
         let mut r = Reach::default();
         for _ in 0..UNREACHED_LOW_PERIODS / 5 {
             for _ in 0..5 {
-                r.observe(&reads_at(900_000, 400), AIM, THR, Low, 1);
+                r.observe(&reads_at(900_000, 400), AIM, THR, (Low, 1), 0);
             }
             for _ in 0..20 {
-                r.observe(&reads_at(900_000, 400), AIM, THR, WellAboveMin, 1);
+                r.observe(&reads_at(900_000, 400), AIM, THR, (WellAboveMin, 1), 0);
             }
         }
         assert!(r.unreached());
@@ -235,13 +250,13 @@ mod tests {
     #[test]
     fn victims_helped_by_low_vrate_stay_reached_though_they_miss_there() {
         let mut r = Reach::default();
-        r.observe(&reads_at(1_000_000, 9_000), AIM, THR, WellAboveMin, 1);
+        r.observe(&reads_at(1_000_000, 9_000), AIM, THR, (WellAboveMin, 1), 0);
         r.observe(
             &reads_at(900_000, 1_500),
             AIM,
             THR,
-            Low,
-            10 * UNREACHED_LOW_PERIODS,
+            (Low, 10 * UNREACHED_LOW_PERIODS),
+            0,
         );
         assert!(
             !r.unreached(),
@@ -252,8 +267,8 @@ mod tests {
             &reads_at(900_000, 1_500),
             AIM,
             THR,
-            Low,
-            10 * UNREACHED_LOW_PERIODS,
+            (Low, 10 * UNREACHED_LOW_PERIODS),
+            0,
         );
         assert!(
             !r.unreached(),
@@ -265,11 +280,11 @@ mod tests {
     fn latency_growing_well_above_min_makes_lowering_vrate_help_again() {
         let mut r = unreached_at_400us();
         // One noisy window does not move the average far enough.
-        r.observe(&reads_at(900_000, 800), AIM, THR, WellAboveMin, 1);
+        r.observe(&reads_at(900_000, 800), AIM, THR, (WellAboveMin, 1), 0);
         assert!(r.unreached());
         // A writer joined: their latency well above min grows and stays.
         for _ in 0..5 {
-            r.observe(&reads_at(1_000_000, 2_000), AIM, THR, WellAboveMin, 1);
+            r.observe(&reads_at(1_000_000, 2_000), AIM, THR, (WellAboveMin, 1), 0);
         }
         assert!(
             !r.unreached(),
@@ -278,11 +293,43 @@ mod tests {
     }
 
     #[test]
+    fn victims_after_a_second_without_any_are_judged_afresh() {
+        let mut r = unreached_at_400us();
+        // Windows without their completions: they left (a writer alone meanwhile).
+        r.observe(
+            &LatStat::default(),
+            AIM,
+            THR,
+            (WellAboveMin, 1),
+            900_000_000,
+        );
+        r.observe(
+            &reads_at(900_000, 400),
+            AIM,
+            THR,
+            (Low, 1),
+            FRESH_AFTER_IDLE_NS,
+        );
+        assert!(r.unreached(), "back within a second: still unreached");
+        r.observe(
+            &reads_at(900_000, 400),
+            AIM,
+            THR,
+            (Low, 1),
+            2 * FRESH_AFTER_IDLE_NS + 1,
+        );
+        assert!(
+            !r.unreached(),
+            "back after more than a second: their misses steer again"
+        );
+    }
+
+    #[test]
     fn a_window_far_slower_than_at_low_vrate_makes_lowering_vrate_help_at_once() {
         let mut r = unreached_at_400us();
-        r.observe(&reads_at(900_000, 1_500), AIM, THR, WellAboveMin, 1);
+        r.observe(&reads_at(900_000, 1_500), AIM, THR, (WellAboveMin, 1), 0);
         assert!(r.unreached(), "under 4x their latency at low vrate");
-        r.observe(&reads_at(1_000_000, 10_000), AIM, THR, WellAboveMin, 1);
+        r.observe(&reads_at(1_000_000, 10_000), AIM, THR, (WellAboveMin, 1), 0);
         assert!(!r.unreached(), "readers back beside a writer's full queue");
     }
 }

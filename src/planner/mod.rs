@@ -305,8 +305,13 @@ fn judge_window(
     ps.attainable.observe(&judged.all, aim, now.now_ns);
     let attainable = ps.attainable.recently(now.now_ns);
     let level = attainable::VrateLevel::of(st.vtime_base_rate, params.vrate_min());
-    ps.reach
-        .observe(&judged.stat, aim, ctx.ppm_thr, level, judged.periods);
+    ps.reach.observe(
+        &judged.stat,
+        aim,
+        ctx.ppm_thr,
+        (level, judged.periods),
+        now.now_ns,
+    );
     let mut steering = demand;
     let lat = if underserved_only && (demand.nr_shortages > 0 || !attainable) {
         if ps.reach.unreached() {
