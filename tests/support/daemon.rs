@@ -175,6 +175,12 @@ impl DaemonProcess {
 
 impl Drop for DaemonProcess {
     fn drop(&mut self) {
+        // DAEMON_LOG_DIR=dir keeps each daemon's log there as <pid>.log, for a test
+        // whose failure needs the planner's periods (with DAEMON_RUST_LOG above).
+        if let (Ok(dir), Some(child)) = (std::env::var("DAEMON_LOG_DIR"), &self.child) {
+            let path = Path::new(&dir).join(format!("{}.log", child.id()));
+            let _ = std::fs::write(path, self.log_text());
+        }
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
