@@ -21,7 +21,9 @@
 #
 # The machine is shared and noisy: the rows run one after another in each of ROUNDS
 # rounds, and the table shows the best round of each (highest IOPS, lowest p50).
+# The workers' scaling is summarised by its median round as well.
 #   usage: scripts/bench-peers.sh [RUNTIME_SECONDS] [ROUNDS]   (needs fio, qemu-storage-daemon)
+#   ONLY=workers runs only the workers' rows.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runtime=${1:-5}
@@ -92,6 +94,7 @@ cpu_per_request() {
 echo "== 4 KiB randread, one queue, runtime ${runtime}s, ${rounds} rounds, $(nproc) cores, $(uname -r)"
 for round in $(seq "$rounds"); do
     server_pid=
+    if [ "${ONLY:-}" != workers ]; then
     both_depths "fio io_uring O_DIRECT, file" "$work/v.sock" --fio-file "$work/disk.img"
     daemon 'path = "disk.img"' false
     both_depths "vhost-iocost, file" "$work/v.sock"
@@ -132,6 +135,7 @@ poll_max = "0us"' false
     daemon 'kind = "null"' false
     measure "vhost-iocost, null" 32 "$work/v.sock"
     stop_server
+    fi
     for workers in 1 2; do
         daemon 'kind = "null"' false "num_queues = 2
 workers = $workers"
@@ -151,13 +155,27 @@ workers = $workers"
     stop_server
 done
 
-python3 - "$work/results.jsonl" "$rate" "$irq" <<'PY'
-import json, sys
+python3 - "$work/results.jsonl" "$rate" "$irq" "${ONLY:-}" <<'PY'
+import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-rate, irq = sys.argv[2], sys.argv[3]
+rate, irq, only = sys.argv[2], sys.argv[3], sys.argv[4]
 def best(row, qd, key, pick):
     vals = [r[key] for r in rows if r["row"] == row and r["qd"] == qd]
     return pick(vals) if vals else None
+def workers_scaling():
+    print("\ntwo-queue null volume, QD16 per client thread (IOPS; median round, best round):")
+    for workers in (1, 2):
+        ones = [r["iops"] for r in rows if r["row"] == f"workers {workers}, 1 client thread"]
+        twos = [r["iops"] for r in rows if r["row"] == f"workers {workers}, 2 client threads"]
+        ratios = [b / a for a, b in zip(ones, twos)]
+        print(f"  workers = {workers}: 1 thread on 1 queue {statistics.median(ones) / 1000:,.1f} k "
+              f"(best {max(ones) / 1000:,.1f} k), 2 threads on 2 queues "
+              f"{statistics.median(twos) / 1000:,.1f} k (best {max(twos) / 1000:,.1f} k), "
+              f"ratio within a round: median {statistics.median(ratios):.2f} "
+              f"({', '.join(f'{x:.2f}' for x in ratios)})")
+if only == "workers":
+    workers_scaling()
+    sys.exit(0)
 fio = "fio io_uring O_DIRECT, file"
 fio32, fio1 = best(fio, 32, "iops", max), best(fio, 1, "p50", min)
 print("| path | QD32 IOPS | x fio | QD1 p50 | - fio |")
@@ -199,10 +217,5 @@ for row in ["vhost-iocost, null", "vhost-iocost, null, no polling",
                if r["row"] == f"{row}, CPU, {placement}" and r["ios"]]
         print(f"  {row}, {placement}: {min(per):.2f} us ("
               + ", ".join(f"{x:.2f}" for x in per) + ")")
-print("\ntwo-queue null volume, QD16 per client thread (IOPS, best round):")
-for workers in (1, 2):
-    one = best(f"workers {workers}, 1 client thread", 16, "iops", max)
-    two = best(f"workers {workers}, 2 client threads", 32, "iops", max)
-    print(f"  workers = {workers}: 1 thread on 1 queue {one / 1000:,.1f} k, "
-          f"2 threads on 2 queues {two / 1000:,.1f} k, ratio {two / one:.2f}")
+workers_scaling()
 PY

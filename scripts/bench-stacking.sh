@@ -35,11 +35,15 @@
 #   CAPS="150 170" adds static caps at these MiB/s (to trace the cap's frontier).
 #   SETUPS="off defaults cap" runs only these setups (default: all; `cap` needs `defaults`).
 #   DEFAULTS="[device.model]..." adds these lines to the defaults' config (an A/B of a rule).
+#   ROUNDS=N runs every setup N times, alternating (setup by setup, round after round), and
+#   ends with each setup's medians over the rounds; each round's caps are set from that
+#   round's `defaults`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
 secs=${1:-12}
+rounds=${ROUNDS:-1}
 readers=${READERS:-4}
 rate=${RATE:-500}
 slo=${SLO_US:-1000}
@@ -92,9 +96,10 @@ run() {
     if [ -S "$work/control.sock" ]; then
         device_stats=$("$bin" ctl --socket "$work/control.sock" stats --json 2>/dev/null || echo "{}")
     fi
-    python3 - "$work/$1.json" "$2" "$slo" "$device_stats" <<'EOF'
+    python3 - "$work/$1.json" "$2" "$slo" "$device_stats" "$1" "$work/rows.jsonl" <<'EOF'
 import json, statistics, sys
 path, name, slo = sys.argv[1], sys.argv[2], int(sys.argv[3])
+key, rows = sys.argv[5], sys.argv[6]
 device = json.loads(sys.argv[4]).get("device", {})
 periods = device.get("contended_periods", 0)
 met = "" if not periods else f"{100 * (1 - device['contended_periods_missed'] / periods):.0f} %"
@@ -122,6 +127,10 @@ on = [s["mib_per_s"] for s in writer_seconds if round(s["t_s"]) in readers_on]
 with open(path + ".writer_when_readers_on", "w") as f:
     f.write(str(statistics.mean(on) if on else writer))
 print(f"| {name} | {missed} of {total} | {worst:,.0f} | {writer:,.1f} | {cov:.3f} | {met} |")
+with open(rows, "a") as f:
+    met_pct = 100 * (1 - device["contended_periods_missed"] / periods) if periods else None
+    f.write(json.dumps({"key": key, "label": name, "missed": missed, "total": total,
+                        "worst": worst, "writer": writer, "cov": cov, "met": met_pct}) + "\n")
 EOF
 }
 
@@ -135,6 +144,9 @@ echo "| setup | reader-seconds over the SLO | worst reader p99 (µs) | writer Mi
 echo "|---|---|---|---|---|---|"
 # wanted SETUP: whether SETUPS selects SETUP.
 wanted() { [ -z "${SETUPS:-}" ] || [[ " $SETUPS " == *" $1 "* ]]; }
+
+# one_round: every selected setup once, each on a fresh daemon.
+one_round() {
 
 if wanted off; then
 start_daemon "$(daemon_config '[device.qos]
@@ -179,13 +191,20 @@ cap_levels=$overall_mibs
 if [ -n "$duty" ]; then
     cap_levels="$(python3 -c "print(max(1, round(float(open('$work/defaults.json.writer_when_readers_on').read()))))") $overall_mibs"
 fi
+auto_caps=$(wc -w <<<"$cap_levels")
+wanted cap || { cap_levels=""; auto_caps=0; }
 cap_levels="$cap_levels ${CAPS:-}"
-wanted cap || cap_levels="${CAPS:-}"
+nth=0
 for cap_mibs in $cap_levels; do
+    # The caps set from this round's defaults are keyed by their place, so that rounds
+    # whose defaults gave different rates line up in the medians; CAPS by their rate.
+    nth=$((nth + 1))
+    key=cap$cap_mibs
+    [ "$nth" -le "$auto_caps" ] && key=cap-auto$nth
 if [ "$device" = emulated ]; then
     start_daemon "$(daemon_config '[device.qos]
 enable = false')"
-    run "cap$cap_mibs" "cap at ${cap_mibs} MiB/s (paced writer)" "$cap_mibs"
+    run "$key" "cap at ${cap_mibs} MiB/s (paced writer)" "$cap_mibs"
     stop_daemon
 else
     command -v qemu-storage-daemon >/dev/null || { echo "qemu-storage-daemon is required (apt-get install qemu-system-x86)"; exit 1; }
@@ -201,8 +220,34 @@ else
     qemu-storage-daemon "${args[@]}" 2>"$work/qsd.log" &
     qsd=$!
     for _ in $(seq 100); do [ -S "$work/writer.sock" ] && break; sleep 0.1; done
-    run "cap$cap_mibs" "qemu-storage-daemon, writer capped at ${cap_mibs} MiB/s" || true
+    run "$key" "qemu-storage-daemon, writer capped at ${cap_mibs} MiB/s" || true
     kill $qsd; wait $qsd 2>/dev/null || true
     rm -f "$work"/*.sock
 fi
 done
+}
+
+rm -f "$work/rows.jsonl"
+for round in $(seq "$rounds"); do
+    if [ "$rounds" -gt 1 ]; then echo "| round $round of $rounds | | | | | |"; fi
+    one_round
+done
+if [ "$rounds" -gt 1 ]; then
+    echo
+    echo "Medians of $rounds alternating rounds:"
+    echo
+    python3 - "$work/rows.jsonl" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+print("| setup | reader-seconds over the SLO | worst reader p99 (µs) | writer MiB/s | writer per-second CoV | periods meeting the daemon's read target |")
+print("|---|---|---|---|---|---|")
+for key in dict.fromkeys(r["key"] for r in rows):
+    rs = [r for r in rows if r["key"] == key]
+    med = lambda field: statistics.median(r[field] for r in rs)
+    label = " / ".join(dict.fromkeys(r["label"] for r in rs))
+    mets = [r["met"] for r in rs if r["met"] is not None]
+    met = f"{statistics.median(mets):.0f} %" if mets else ""
+    print(f"| {label} | {med('missed'):g} of {med('total'):g} | {med('worst'):,.0f} "
+          f"| {med('writer'):,.1f} | {med('cov'):.3f} | {met} |")
+EOF
+fi
