@@ -102,7 +102,8 @@ impl Reach {
         victims: &LatStat,
         aim: [u32; 2],
         ppm_thr: [u32; 2],
-        (level, periods): (VrateLevel, u32),
+        level: VrateLevel,
+        periods: u32,
         now_ns: u64,
     ) {
         if victims.no_samples(ppm_thr) {
@@ -193,12 +194,13 @@ mod tests {
     /// unreached.
     fn unreached_at_400us() -> Reach {
         let mut r = Reach::default();
-        r.observe(&reads_at(900_000, 400), AIM, THR, (WellAboveMin, 1), 0);
+        r.observe(&reads_at(900_000, 400), AIM, THR, WellAboveMin, 1, 0);
         r.observe(
             &reads_at(900_000, 400),
             AIM,
             THR,
-            (Low, UNREACHED_LOW_PERIODS),
+            Low,
+            UNREACHED_LOW_PERIODS,
             0,
         );
         assert!(r.unreached());
@@ -209,27 +211,27 @@ mod tests {
     fn victims_as_slow_at_low_vrate_as_above_it_are_unreached_until_they_meet_the_aim() {
         let mut r = Reach::default();
         for _ in 0..1000 {
-            r.observe(&reads_at(900_000, 400), AIM, THR, (WellAboveMin, 1), 0);
+            r.observe(&reads_at(900_000, 400), AIM, THR, WellAboveMin, 1, 0);
         }
         assert!(
             !r.unreached(),
             "misses well above min say nothing of lower vrates"
         );
         for _ in 0..UNREACHED_LOW_PERIODS - 1 {
-            r.observe(&reads_at(900_000, 350), AIM, THR, (Low, 1), 0);
+            r.observe(&reads_at(900_000, 350), AIM, THR, Low, 1, 0);
         }
         assert!(!r.unreached());
         // Windows without their completions neither count nor end the count.
-        r.observe(&LatStat::default(), AIM, THR, (Low, 1), 0);
+        r.observe(&LatStat::default(), AIM, THR, Low, 1, 0);
         assert!(!r.unreached());
-        r.observe(&reads_at(900_000, 350), AIM, THR, (Low, 1), 0);
+        r.observe(&reads_at(900_000, 350), AIM, THR, Low, 1, 0);
         assert!(
             r.unreached(),
             "missed at low vrate in {UNREACHED_LOW_PERIODS} periods"
         );
-        r.observe(&reads_at(900_000, 500), AIM, THR, (WellAboveMin, 1), 0);
+        r.observe(&reads_at(900_000, 500), AIM, THR, WellAboveMin, 1, 0);
         assert!(r.unreached(), "still missing, as slow well above min");
-        r.observe(&reads_at(30_000, 90), AIM, THR, (Low, 1), 0);
+        r.observe(&reads_at(30_000, 90), AIM, THR, Low, 1, 0);
         assert!(!r.unreached(), "met the aim: lowering vrate may help again");
     }
 
@@ -238,10 +240,10 @@ mod tests {
         let mut r = Reach::default();
         for _ in 0..UNREACHED_LOW_PERIODS / 5 {
             for _ in 0..5 {
-                r.observe(&reads_at(900_000, 400), AIM, THR, (Low, 1), 0);
+                r.observe(&reads_at(900_000, 400), AIM, THR, Low, 1, 0);
             }
             for _ in 0..20 {
-                r.observe(&reads_at(900_000, 400), AIM, THR, (WellAboveMin, 1), 0);
+                r.observe(&reads_at(900_000, 400), AIM, THR, WellAboveMin, 1, 0);
             }
         }
         assert!(r.unreached());
@@ -250,12 +252,13 @@ mod tests {
     #[test]
     fn victims_helped_by_low_vrate_stay_reached_though_they_miss_there() {
         let mut r = Reach::default();
-        r.observe(&reads_at(1_000_000, 9_000), AIM, THR, (WellAboveMin, 1), 0);
+        r.observe(&reads_at(1_000_000, 9_000), AIM, THR, WellAboveMin, 1, 0);
         r.observe(
             &reads_at(900_000, 1_500),
             AIM,
             THR,
-            (Low, 10 * UNREACHED_LOW_PERIODS),
+            Low,
+            10 * UNREACHED_LOW_PERIODS,
             0,
         );
         assert!(
@@ -267,7 +270,8 @@ mod tests {
             &reads_at(900_000, 1_500),
             AIM,
             THR,
-            (Low, 10 * UNREACHED_LOW_PERIODS),
+            Low,
+            10 * UNREACHED_LOW_PERIODS,
             0,
         );
         assert!(
@@ -280,11 +284,11 @@ mod tests {
     fn latency_growing_well_above_min_makes_lowering_vrate_help_again() {
         let mut r = unreached_at_400us();
         // One noisy window does not move the average far enough.
-        r.observe(&reads_at(900_000, 800), AIM, THR, (WellAboveMin, 1), 0);
+        r.observe(&reads_at(900_000, 800), AIM, THR, WellAboveMin, 1, 0);
         assert!(r.unreached());
         // A writer joined: their latency well above min grows and stays.
         for _ in 0..5 {
-            r.observe(&reads_at(1_000_000, 2_000), AIM, THR, (WellAboveMin, 1), 0);
+            r.observe(&reads_at(1_000_000, 2_000), AIM, THR, WellAboveMin, 1, 0);
         }
         assert!(
             !r.unreached(),
@@ -296,18 +300,13 @@ mod tests {
     fn victims_after_a_second_without_any_are_judged_afresh() {
         let mut r = unreached_at_400us();
         // Windows without their completions: they left (a writer alone meanwhile).
-        r.observe(
-            &LatStat::default(),
-            AIM,
-            THR,
-            (WellAboveMin, 1),
-            900_000_000,
-        );
+        r.observe(&LatStat::default(), AIM, THR, WellAboveMin, 1, 900_000_000);
         r.observe(
             &reads_at(900_000, 400),
             AIM,
             THR,
-            (Low, 1),
+            Low,
+            1,
             FRESH_AFTER_IDLE_NS,
         );
         assert!(r.unreached(), "back within a second: still unreached");
@@ -315,7 +314,8 @@ mod tests {
             &reads_at(900_000, 400),
             AIM,
             THR,
-            (Low, 1),
+            Low,
+            1,
             2 * FRESH_AFTER_IDLE_NS + 1,
         );
         assert!(
@@ -327,9 +327,9 @@ mod tests {
     #[test]
     fn a_window_far_slower_than_at_low_vrate_makes_lowering_vrate_help_at_once() {
         let mut r = unreached_at_400us();
-        r.observe(&reads_at(900_000, 1_500), AIM, THR, (WellAboveMin, 1), 0);
+        r.observe(&reads_at(900_000, 1_500), AIM, THR, WellAboveMin, 1, 0);
         assert!(r.unreached(), "under 4x their latency at low vrate");
-        r.observe(&reads_at(1_000_000, 10_000), AIM, THR, (WellAboveMin, 1), 0);
+        r.observe(&reads_at(1_000_000, 10_000), AIM, THR, WellAboveMin, 1, 0);
         assert!(!r.unreached(), "readers back beside a writer's full queue");
     }
 }

@@ -309,7 +309,8 @@ fn judge_window(
         &judged.stat,
         aim,
         ctx.ppm_thr,
-        (level, judged.periods),
+        level,
+        judged.periods,
         now.now_ns,
     );
     let mut steering = demand;

@@ -129,8 +129,19 @@ impl DaemonProcess {
         self.log.lock().unwrap().join("\n")
     }
 
+    /// DAEMON_LOG_DIR=dir keeps each daemon's log there as <pid>.log when it is stopped or
+    /// dropped, for a test whose failure needs the planner's periods (with
+    /// DAEMON_RUST_LOG above).
+    fn keep_log(&self) {
+        if let (Ok(dir), Some(child)) = (std::env::var("DAEMON_LOG_DIR"), &self.child) {
+            let path = Path::new(&dir).join(format!("{}.log", child.id()));
+            let _ = std::fs::write(path, self.log_text());
+        }
+    }
+
     /// SIGTERM, then wait for exit; returns the status and the directory (for restarts).
     pub fn stop(mut self) -> (ExitStatus, tempfile::TempDir) {
+        self.keep_log();
         let mut child = self.child.take().unwrap();
         // SAFETY: kill(2) on the PID of a child we own and have not reaped.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
@@ -175,12 +186,7 @@ impl DaemonProcess {
 
 impl Drop for DaemonProcess {
     fn drop(&mut self) {
-        // DAEMON_LOG_DIR=dir keeps each daemon's log there as <pid>.log, for a test
-        // whose failure needs the planner's periods (with DAEMON_RUST_LOG above).
-        if let (Ok(dir), Some(child)) = (std::env::var("DAEMON_LOG_DIR"), &self.child) {
-            let path = Path::new(&dir).join(format!("{}.log", child.id()));
-            let _ = std::fs::write(path, self.log_text());
-        }
+        self.keep_log();
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
