@@ -12,31 +12,43 @@ use vhost_iocost::profile::{profile, simulated::SimTarget, suggest, Plan};
 /// One comparison at a time: each keeps both cores busy.
 static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Runs `attempt` under the lock and, if it misses its bound, once more: on a shared
-/// machine a neighbour's burst can take a core for seconds. Both results are printed,
-/// each with the share of CPU time the hypervisor took meanwhile (steal, `/proc/stat`);
-/// missing twice fails. Each attempt starts with the host's dirty pages written back:
-/// right after a build, writeback slows the emulated device's backing file for seconds,
-/// and the latencies QoS steers by with it.
+/// Runs `attempt` under the lock until it meets its bound, and fails once it missed in
+/// two attempts on a quiet host or in [`MAX_ATTEMPTS`] in all. A host is quiet in an
+/// attempt when the hypervisor took under [`QUIET_STEAL`] of the machine's CPU time
+/// meanwhile (steal, `/proc/stat`): with a millisecond taken every few, this daemon's
+/// controller reads the lost time as device latency and throttles the writers (on the
+/// emulated device, `scripts/steal-cpu.py 0.3 3` beside the reader-and-writer test left
+/// the writer 0.36–0.49 of its solo bandwidth, 0.73 without it). So a miss on a busy
+/// host earns another attempt, never a looser bound: every attempt that passes meets
+/// the same bound. Every result is printed with its steal. Each attempt starts with the
+/// host's dirty pages written back: right after a build, writeback slows the emulated
+/// device's backing file for seconds, and the latencies QoS steers by with it.
 pub(crate) fn measure(what: &str, mut attempt: impl FnMut() -> Result<(), String>) {
     let _one_at_a_time = MEASURING.locked();
     // SAFETY: sync(2) takes no arguments and cannot fail.
     let write_back = || unsafe { libc::sync() };
-    let mut timed_attempt = || {
+    let mut misses: Vec<String> = Vec::new();
+    let mut quiet_misses = 0;
+    for n in 1..=MAX_ATTEMPTS {
         write_back();
         let before = steal_and_total_ticks();
         let result = attempt();
         let after = steal_and_total_ticks();
         let steal = (after.0 - before.0) as f64 / (after.1 - before.1).max(1) as f64;
-        result.map_err(|why| format!("{why}; host steal {:.1} %", steal * 100.0))
-    };
-    if let Err(first) = timed_attempt() {
-        eprintln!("{what}: missed ({first}); measuring again");
-        if let Err(second) = timed_attempt() {
-            panic!("{what}: missed twice: {first}; then {second}");
+        let Err(why) = result else { return };
+        misses.push(format!("{why}; host steal {:.1} %", steal * 100.0));
+        quiet_misses += usize::from(steal < QUIET_STEAL);
+        if quiet_misses == 2 || n == MAX_ATTEMPTS {
+            panic!("{what}: missed {n} times: {}", misses.join("; then "));
         }
+        eprintln!("{what}: missed ({}); measuring again", misses[n - 1]);
     }
 }
+
+/// Attempts of one comparison on a host that keeps taking the CPU.
+const MAX_ATTEMPTS: usize = 4;
+/// Steal below this share of the CPU time makes an attempt's miss count as a quiet one.
+const QUIET_STEAL: f64 = 0.02;
 
 /// The machine's stolen and total CPU time so far, in ticks (the first line of
 /// `/proc/stat`: user nice system idle iowait irq softirq steal ...).
