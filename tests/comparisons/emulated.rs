@@ -36,12 +36,13 @@ pub(crate) fn measure(what: &str, mut attempt: impl FnMut() -> Result<(), String
         let after = steal_and_total_ticks();
         let steal = (after.0 - before.0) as f64 / (after.1 - before.1).max(1) as f64;
         let Err(why) = result else { return };
-        misses.push(format!("{why}; host steal {:.1} %", steal * 100.0));
+        let miss = format!("{why}; host steal {:.1} %", steal * 100.0);
+        eprintln!("{what}: missed ({miss})");
+        misses.push(miss);
         quiet_misses += usize::from(steal < QUIET_STEAL);
         if quiet_misses == 2 || n == MAX_ATTEMPTS {
             panic!("{what}: missed {n} times: {}", misses.join("; then "));
         }
-        eprintln!("{what}: missed ({}); measuring again", misses[n - 1]);
     }
 }
 
