@@ -14,6 +14,8 @@ pub(crate) struct Service {
     pub done: f64,
     /// Periods averaged, up to [`SMOOTHING`].
     pub periods: f64,
+    /// The variance of the per-period share about `share`, averaged alike.
+    pub share_var: f64,
 }
 
 impl Service {
@@ -22,11 +24,23 @@ impl Service {
     pub(crate) fn blend(self, share: f64, entitled: f64, done: f64) -> Service {
         let periods = (self.periods + 1.0).min(SMOOTHING);
         let keep = (periods - 1.0) / periods;
+        let off_mean = share - self.share;
         Service {
             share: self.share * keep + share / periods,
             entitled: self.entitled * keep + entitled / periods,
             done: self.done * keep + done / periods,
             periods,
+            share_var: keep * (self.share_var + off_mean * off_mean / periods),
+        }
+    }
+
+    /// How many independent periods the average is worth: all of them while it is a plain
+    /// mean, and 2 × [`SMOOTHING`] − 1 once it is an exponential one.
+    fn independent_periods(self) -> f64 {
+        if self.periods < SMOOTHING {
+            self.periods
+        } else {
+            2.0 * SMOOTHING - 1.0
         }
     }
 
@@ -36,8 +50,12 @@ impl Service {
         if samples < 1.0 {
             return false;
         }
-        // The share's relative standard error: binomial, √((1 − p) / n).
-        let se = ((1.0 - self.share.min(1.0)) / samples).sqrt();
+        // The share's relative standard error: binomial, √((1 − p) / n), or as its
+        // periods scatter where that is wider (a stall delays a whole queue at once).
+        let binomial = ((1.0 - self.share.min(1.0)) / samples).sqrt();
+        let scattered =
+            (self.share_var / self.independent_periods()).sqrt() / self.share.max(f64::EPSILON);
+        let se = binomial.max(scattered);
         // Served below half its share, a volume is underserved however few its samples:
         // a paced reader back from idle is protected from its first period.
         let deficit = MIN_DEFICIT.max((z * se).min(OBVIOUS_DEFICIT));
