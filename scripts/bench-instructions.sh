@@ -51,7 +51,10 @@ for run in qos-off qos-alone qos-neighbour; do
     if [ "$run" = qos-off ]; then enable=false; fi
     if [ "$run" = qos-neighbour ]; then neighbour=$(volume w 'offset = "1GiB"'); fi
     # Budgets never bind: the QoS rows count pricing and admission, not throttling.
-    start_daemon "[device]
+    # valgrind does not implement seccomp, so the daemon runs unconfined.
+    start_daemon "[security]
+seccomp = \"off\"
+[device]
 kind = \"null\"
 $unbinding_model
 [device.qos]
