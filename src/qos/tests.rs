@@ -485,3 +485,59 @@ fn a_group_moves_with_its_volumes() {
     dev.move_group("A", None).unwrap();
     assert!(shares(&vols).iter().all(|&s| s.abs_diff(third) <= 1));
 }
+
+/// Reads cost `len` µs of transfer time and writes twice that.
+#[derive(Debug)]
+struct TransferModel;
+
+impl crate::cost_model::CostModel for TransferModel {
+    fn abs_cost(&self, input: &crate::cost_model::CostInput) -> u64 {
+        self.size_cost(input.kind, input.len).max(1)
+    }
+    fn size_cost(&self, kind: IoKind, len: u64) -> u64 {
+        let per_byte = if kind == IoKind::Write { 2 } else { 1 };
+        len * per_byte * crate::vtime::VTIME_PER_USEC
+    }
+}
+
+fn completed_after(v: &VolumeQos, clock: &ManualClock, kind: IoKind, len: u64, device_us: u64) {
+    let charge = go(v.admit(&IoRequest {
+        kind,
+        offset: 0,
+        len,
+    }));
+    let admitted = clock.now_ns();
+    v.complete(&charge, admitted, admitted, admitted + device_us * 1000);
+}
+
+/// Device latency is judged against the target after the request's own transfer time:
+/// being large is not a miss. Flushes and discards are not judged, and neither is
+/// anything with QoS disabled.
+#[test]
+fn a_completion_is_judged_against_the_target_after_its_transfer_time() {
+    let clock = Arc::new(ManualClock::default());
+    let dev = QosDevice::new(Box::new(TransferModel), &qos_10ms(), clock.clone());
+    let v = dev.add_volume("v", None, 100).unwrap();
+    // Targets of 5 ms: a 1,000 µs read may take about 6,000 µs, a 1,000 µs write 7,000
+    // (vtime's ns are 0.3 % long, hence the margins).
+    completed_after(&v, &clock, IoKind::Read, 1_000, 5_990);
+    completed_after(&v, &clock, IoKind::Read, 1_000, 6_030);
+    completed_after(&v, &clock, IoKind::Write, 1_000, 6_990);
+    completed_after(&v, &clock, IoKind::Write, 1_000, 7_030);
+    completed_after(&v, &clock, IoKind::Read, 10, 5_005);
+    completed_after(&v, &clock, IoKind::Flush, 0, 60_000);
+    completed_after(&v, &clock, IoKind::Discard, 1_000, 60_000);
+    let s = v.stats();
+    assert_eq!((s.lat_met, s.lat_missed), (3, 2));
+
+    let off = QosConfig {
+        enable: false,
+        ..qos_10ms()
+    };
+    let clock = Arc::new(ManualClock::default());
+    let dev = QosDevice::new(Box::new(TransferModel), &off, clock.clone());
+    let v = dev.add_volume("v", None, 100).unwrap();
+    completed_after(&v, &clock, IoKind::Read, 1_000, 60_000);
+    let s = v.stats();
+    assert_eq!((s.lat_met, s.lat_missed), (0, 0));
+}

@@ -18,7 +18,7 @@
 //! the volume has a waiter (for the planner and for statistics).
 
 use crate::lock::Locked;
-use std::sync::atomic::Ordering::*;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 use std::sync::Arc;
 
 use crate::cost_model::{CostInput, IoKind};
@@ -240,17 +240,15 @@ impl VolumeQos {
         super::learning::record(&dev.learning, done);
         let v = &*self.core;
         let cfg = dev.cfg();
-        let (mut cost, mut rq_wait_ns, mut lat_sum_us) = (0u64, 0u64, [0u64; 2]);
-        let mut background_done = 0u64;
-        let mut lat_sq_sum = [0u64; 2];
-        let (mut met, mut missed) = ([0u32; 2], [0u32; 2]);
+        let mut tally = BatchTally::default();
         let period = dev.cur_period.load(Relaxed);
         let mut h = v.hist.locked();
         let latency_class = v.latency_class.load(Relaxed);
         let latency_group = v.in_latency_group.load(Relaxed);
         let target_ns = [cfg.params.rlat_us, cfg.params.wlat_us].map(|us| u64::from(us) * 1000);
-        // A guest's requests are mostly of one kind and size: their transfer time is
-        // priced once per run of them.
+        let judge_latency = cfg.params.enable;
+        // A guest's requests are mostly of one kind and size: their transfer time (and
+        // so the latency that still meets the target) is priced once per run of them.
         let mut last_size = None;
         for (charge, t) in done {
             if latency_class || latency_group {
@@ -263,73 +261,46 @@ impl VolumeQos {
                     h.group.record(wait_us, device_us);
                 }
             }
-            cost = cost.wrapping_add(charge.cost);
-            if charge.background {
-                background_done += charge.abs_cost;
-            }
+            tally.cost = tally.cost.wrapping_add(charge.cost);
             let on_q_ns = t.completed_ns.saturating_sub(t.admitted_ns);
             h.record(period, on_q_ns / 1000);
-            // A background volume's latency is nobody's target: it must not hold vrate
-            // down for the foreground that comes after it (design §13).
-            if !(cfg.params.enable && charge.kind.is_data()) || charge.background {
+            if charge.background {
+                // A background volume's latency is nobody's target: it must not hold
+                // vrate down for the foreground that comes after it (design §13).
+                tally.background_done += charge.abs_cost;
                 continue;
             }
-            let rw = usize::from(charge.kind == IoKind::Write);
-            let size_ns = match last_size {
-                Some((kind, len, ns)) if kind == charge.kind && len == charge.len => ns,
+            if !judge_latency {
+                continue;
+            }
+            let rw = match charge.kind {
+                IoKind::Read => 0,
+                IoKind::Write => 1,
+                _ => continue,
+            };
+            let (size_ns, limit_ns) = match last_size {
+                Some((kind, len, size_ns, limit_ns)) if kind == rw && len == charge.len => {
+                    (size_ns, limit_ns)
+                }
                 _ => {
-                    let ns = cfg.model.size_cost(charge.kind, charge.len) / VTIME_PER_NSEC;
-                    last_size = Some((charge.kind, charge.len, ns));
-                    ns
+                    let size_ns = cfg.model.size_cost(charge.kind, charge.len) / VTIME_PER_NSEC;
+                    // The transfer time of a large request is credited: being large is
+                    // not a miss.
+                    let limit_ns = size_ns.saturating_add(target_ns[rw]);
+                    last_size = Some((rw, charge.len, size_ns, limit_ns));
+                    (size_ns, limit_ns)
                 }
             };
-            // The transfer time of a large request is credited: being large is not a miss.
-            if on_q_ns <= size_ns || on_q_ns - size_ns <= target_ns[rw] {
-                met[rw] += 1;
-            } else {
-                missed[rw] += 1;
-            }
-            rq_wait_ns += t.submitted_ns.saturating_sub(t.admitted_ns);
+            tally.judged[rw] += 1;
+            tally.missed[rw] += u32::from(on_q_ns > limit_ns);
+            tally.rq_wait_ns += t.submitted_ns.saturating_sub(t.admitted_ns);
             let lat_us = on_q_ns.saturating_sub(size_ns) / 1000;
-            lat_sum_us[rw] += lat_us;
+            tally.lat_sum_us[rw] += lat_us;
             let capped = lat_us.min(LAT_SQ_CAP_US);
-            lat_sq_sum[rw] += capped * capped;
+            tally.lat_sq_sum[rw] += capped * capped;
         }
         drop(h);
-        if cost != 0 {
-            v.done_vtime.fetch_add(cost, Relaxed);
-        }
-        if background_done != 0 {
-            v.background_inflight.fetch_sub(background_done, Relaxed);
-        }
-        for rw in 0..2 {
-            if met[rw] != 0 {
-                v.lat.nr_met[rw].fetch_add(met[rw], Relaxed);
-            }
-            if missed[rw] != 0 {
-                v.lat.nr_missed[rw].fetch_add(missed[rw], Relaxed);
-            }
-        }
-        let (all_met, all_missed) = (met[0] + met[1], missed[0] + missed[1]);
-        if all_met != 0 {
-            v.io.lat_met.fetch_add(u64::from(all_met), Relaxed);
-        }
-        if all_missed != 0 {
-            v.io.lat_missed.fetch_add(u64::from(all_missed), Relaxed);
-        }
-        if rq_wait_ns != 0 {
-            v.lat.rq_wait_ns.fetch_add(rq_wait_ns, Relaxed);
-        }
-        for (counter, sum) in v.lat.lat_sum_us.iter().zip(lat_sum_us) {
-            if sum != 0 {
-                counter.fetch_add(sum, Relaxed);
-            }
-        }
-        for (counter, sum) in v.lat.lat_sq_sum.iter().zip(lat_sq_sum) {
-            if sum != 0 {
-                counter.fetch_add(sum, Relaxed);
-            }
-        }
+        tally.publish(v);
     }
 
     /// Forget a pending wait. Call when parked requests are dropped without being
@@ -513,6 +484,51 @@ impl VolumeQos {
             .saturating_add(wait_us.saturating_mul(1000))
             .saturating_add(timer_slack_ns);
         Decision::Wait { until_ns }
+    }
+}
+
+/// What one batch of completions adds to a volume's shared counters: summed locally and
+/// published with one atomic add per counter, not one per request.
+#[derive(Default)]
+struct BatchTally {
+    cost: u64,
+    background_done: u64,
+    rq_wait_ns: u64,
+    /// Reads and writes whose latency was judged against their target, and those that
+    /// missed it.
+    judged: [u32; 2],
+    missed: [u32; 2],
+    lat_sum_us: [u64; 2],
+    lat_sq_sum: [u64; 2],
+}
+
+impl BatchTally {
+    fn publish(&self, v: &VolumeCore) {
+        let add = |counter: &AtomicU64, n: u64| {
+            if n != 0 {
+                counter.fetch_add(n, Relaxed);
+            }
+        };
+        add(&v.done_vtime, self.cost);
+        if self.background_done != 0 {
+            v.background_inflight
+                .fetch_sub(self.background_done, Relaxed);
+        }
+        let met = [0, 1].map(|rw| self.judged[rw] - self.missed[rw]);
+        let add32 = |counter: &AtomicU32, n: u32| {
+            if n != 0 {
+                counter.fetch_add(n, Relaxed);
+            }
+        };
+        for rw in [0, 1] {
+            add32(&v.lat.nr_met[rw], met[rw]);
+            add32(&v.lat.nr_missed[rw], self.missed[rw]);
+            add(&v.lat.lat_sum_us[rw], self.lat_sum_us[rw]);
+            add(&v.lat.lat_sq_sum[rw], self.lat_sq_sum[rw]);
+        }
+        add(&v.io.lat_met, u64::from(met[0] + met[1]));
+        add(&v.io.lat_missed, u64::from(self.missed[0] + self.missed[1]));
+        add(&v.lat.rq_wait_ns, self.rq_wait_ns);
     }
 }
 
