@@ -7,11 +7,18 @@
 # more than between two runs a few seconds apart, so best-of-rounds tables
 # (scripts/bench-peers.sh) can put the two sides of a ratio in different states.
 #   - file QD32: this daemon (QoS off) against fio io_uring O_DIRECT on the same file;
-#   - null QD32: this daemon against qemu-storage-daemon's null-co in its main loop, with
-#     a client that sleeps until it is notified and with one that polls its queue;
-#   - null QD32: this daemon with QoS on against QoS off.
-# 4 KiB random reads through one queue (the `bench` client), unpinned.
+#   - null QD32: this daemon against qemu-storage-daemon's null-co in its main loop and
+#     with an iothread (its recommended setup), with a client that sleeps until it is
+#     notified and with one that polls its queue;
+#   - null QD32: this daemon with QoS on (a model far faster than the daemon, so no
+#     budget binds: the cost of pricing and admitting) against QoS off, both clients;
+#   - scaling on the null path: a two-queue volume with `workers = 2` from two client
+#     threads (QD16 each) against qemu-storage-daemon's two-queue export in one iothread
+#     (an export runs in one thread in QEMU 7.2), and eight one-queue volumes from eight
+#     client threads (QD16 each) against eight exports with an iothread each.
+# 4 KiB random reads (the `bench` client), unpinned.
 #   usage: scripts/bench-ratios.sh [PAIRS] [SECONDS]   (needs fio, qemu-storage-daemon)
+#   ROWS="qos scaling" ... runs only those groups of rows (file, null, qos, scaling)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pairs=${1:-8}
@@ -19,34 +26,64 @@ secs=${2:-2}
 source scripts/lib.sh
 command -v qemu-storage-daemon >/dev/null ||
     { echo "qemu-storage-daemon is required (apt-get install qemu-system-common)"; exit 1; }
-qsd_pid=
-trap 'if [ -n "$qsd_pid" ]; then kill "$qsd_pid" 2>/dev/null || true; fi; cleanup' EXIT
+qsd_pids=()
+trap 'for pid in ${qsd_pids[@]+"${qsd_pids[@]}"}; do kill "$pid" 2>/dev/null || true; done; cleanup' EXIT
+rows=${ROWS:-file null qos scaling}
+wants() { [[ " $rows " == *" $1 "* ]]; }
 
 fill_file "$work/disk.img" 1G
-volume='[[volume]]
-name = "v"
-socket = "v.sock"
-size = "1GiB"'
+# volume NAME [LINES]: a volume of 1 GiB (LINES may place it with `offset`).
+volume() { printf '[[volume]]\nname = "%s"\nsocket = "%s.sock"\nsize = "1GiB"\n%s\n' "$1" "$1" "${2:-}"; }
 start_daemon_in "$work/file" "[device]
 path = \"$work/disk.img\"
 [device.qos]
 enable = false
-$volume"
+$(volume v)"
 for qos in false true; do
     start_daemon_in "$work/null-qos-$qos" "[device]
 kind = \"null\"
+$unbinding_model
 [device.qos]
 enable = $qos
-$volume"
+$(volume v)"
 done
-qemu-storage-daemon --blockdev driver=null-co,node-name=n0,size=1073741824 \
-    --export "type=vhost-user-blk,id=e0,node-name=n0,addr.type=unix,addr.path=$work/q.sock,writable=on,num-queues=1" \
-    2>"$work/qsd.log" &
-qsd_pid=$!
-for _ in $(seq 100); do [ -S "$work/q.sock" ] && break; sleep 0.1; done
-[ -S "$work/q.sock" ] || { echo "qemu-storage-daemon did not start:"; cat "$work/qsd.log"; exit 1; }
+start_daemon_in "$work/null-2q" "[device]
+kind = \"null\"
+[device.qos]
+enable = false
+$(volume v 'num_queues = 2
+workers = 2')"
+start_daemon_in "$work/null-8v" "[device]
+kind = \"null\"
+[device.qos]
+enable = false
+$(for i in $(seq 0 7); do volume "v$i" "offset = \"${i}GiB\""; done)"
 
-# iops BENCH_ARGS: one run's IOPS; BENCH_ARGS is one string of `bench` arguments
+# qsd NAME ARGS...: qemu-storage-daemon on null-co with ARGS, its log in $work/NAME.log;
+# waits for every socket ARGS name.
+qsd() {
+    local name=$1
+    shift
+    qemu-storage-daemon "$@" 2>"$work/$name.log" &
+    qsd_pids+=($!)
+    local sock
+    for sock in $(printf '%s\n' "$@" | sed -n 's/.*addr.path=\([^,]*\).*/\1/p'); do
+        for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
+        [ -S "$sock" ] || { echo "qemu-storage-daemon $name did not start:"; cat "$work/$name.log"; exit 1; }
+    done
+}
+null_co() { echo "driver=null-co,node-name=n$1,size=1073741824"; }
+qsd_export() { echo "type=vhost-user-blk,id=e$1,node-name=n$1,addr.type=unix,addr.path=$work/$2,writable=on,num-queues=$3${4:+,iothread=$4}"; }
+qsd main --blockdev "$(null_co 0)" --export "$(qsd_export 0 q.sock 1)"
+qsd iothread --object iothread,id=io0 --blockdev "$(null_co 0)" --export "$(qsd_export 0 qi.sock 1 io0)"
+qsd two-queues --object iothread,id=io0 --blockdev "$(null_co 0)" --export "$(qsd_export 0 q2.sock 2 io0)"
+eight=()
+for i in $(seq 0 7); do
+    eight+=(--object "iothread,id=io$i" --blockdev "$(null_co "$i")" --export "$(qsd_export "$i" "q8-$i.sock" 1 "io$i")")
+done
+qsd eight "${eight[@]}"
+
+# iops BENCH_ARGS: one run's IOPS, summed over its tenants; BENCH_ARGS is one string of `bench` arguments
 # (without spaces or wildcards inside an argument).
 iops() {
     local args
@@ -55,10 +92,15 @@ iops() {
         >"$work/run.json" 2>"$work/run.err"; then
         echo "bench $1 failed:" >&2; cat "$work/run.err" >&2; exit 1
     fi
-    python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["results"][0]["iops"])' \
+    python3 -c 'import json, sys; print(sum(r["iops"] for r in json.load(open(sys.argv[1]))["results"]))' \
         "$work/run.json"
 }
 reads() { echo "--tenant socket=$1,rw=randread,bs=4k,iodepth=32${2:-}"; }
+# eight_tenants SOCKET_PREFIX: one QD16 reader on each of SOCKET_PREFIX0 .. 7.sock.
+eight_tenants() {
+    local i
+    for i in $(seq 0 7); do printf -- '--tenant socket=%s%s.sock,rw=randread,bs=4k,iodepth=16 ' "$1" "$i"; done
+}
 
 # pair NAME A B: $pairs pairs of runs of A and B (`bench` argument strings), the first of
 # each pair alternating; a line "NAME|A's IOPS|B's IOPS" per pair.
@@ -70,15 +112,28 @@ pair() {
     done
 }
 
-echo "== 4 KiB randread, QD32, one queue: $pairs alternating pairs of ${secs} s runs, $(nproc) cores, $(uname -r)"
-pair "file: vhost-iocost / fio io_uring O_DIRECT|0.95" \
-    "$(reads "$work/file/v.sock")" "--fio-file $work/disk.img $(reads "$work/file/v.sock")"
-pair "null: vhost-iocost / qemu-storage-daemon null-co|1.3" \
-    "$(reads "$work/null-qos-false/v.sock")" "$(reads "$work/q.sock")"
-pair "null, polling client: vhost-iocost / qemu-storage-daemon null-co|" \
-    "$(reads "$work/null-qos-false/v.sock" ,poll=true)" "$(reads "$work/q.sock" ,poll=true)"
-pair "null: QoS on / QoS off|0.97" \
-    "$(reads "$work/null-qos-true/v.sock")" "$(reads "$work/null-qos-false/v.sock")"
+null=$work/null-qos-false/v.sock
+echo "== 4 KiB randread: $pairs alternating pairs of ${secs} s runs, $(nproc) cores, $(uname -r)"
+if wants file; then
+    pair "file QD32: vhost-iocost / fio io_uring O_DIRECT|0.97" \
+        "$(reads "$work/file/v.sock")" "--fio-file $work/disk.img $(reads "$work/file/v.sock")"
+fi
+if wants null; then
+    pair "null QD32: vhost-iocost / qemu-storage-daemon null-co, main loop|" "$(reads "$null")" "$(reads "$work/q.sock")"
+    pair "null QD32: vhost-iocost / qemu-storage-daemon null-co, iothread|1.2" "$(reads "$null")" "$(reads "$work/qi.sock")"
+    pair "the same, polling client: / main loop|" "$(reads "$null" ,poll=true)" "$(reads "$work/q.sock" ,poll=true)"
+    pair "the same, polling client: / iothread|" "$(reads "$null" ,poll=true)" "$(reads "$work/qi.sock" ,poll=true)"
+fi
+if wants qos; then
+    pair "null QD32: QoS on / QoS off|0.97" "$(reads "$work/null-qos-true/v.sock")" "$(reads "$null")"
+    pair "the same, polling client|0.97" "$(reads "$work/null-qos-true/v.sock" ,poll=true)" "$(reads "$null" ,poll=true)"
+fi
+if wants scaling; then
+    pair "two-queue volume, two client threads: workers = 2 / qemu-storage-daemon, one iothread|" \
+        "$(reads "$work/null-2q/v.sock" ,queues=2,queue_threads=true)" "$(reads "$work/q2.sock" ,queues=2,queue_threads=true)"
+    pair "eight volumes, eight client threads: vhost-iocost / qemu-storage-daemon, an iothread each|" \
+        "$(eight_tenants "$work/null-8v/v")" "$(eight_tenants "$work/q8-")"
+fi
 
 python3 - "$work/pairs.txt" <<'PY'
 import statistics, sys
