@@ -298,35 +298,7 @@ fn judge_window(
     let now = ctx.now;
     let aim = busy::aim(ctx.ppm_thr);
     let underserved_only = params.protect == Protect::Underserved;
-    // While some volume is short of budget, lowering vrate takes from it: only the
-    // victims' latency counts (`victims`). While nobody is, the device rather than the
-    // budgets decides who is served, and everyone's latency counts, unless no vrate met
-    // the target lately ([`attainable`]).
-    ps.attainable.observe(&judged.all, aim, now.now_ns);
-    let attainable = ps.attainable.recently(now.now_ns);
-    let level = attainable::VrateLevel::of(st.vtime_base_rate, params.vrate_min());
-    ps.reach.observe(
-        &judged.stat,
-        aim,
-        ctx.ppm_thr,
-        level,
-        judged.periods,
-        now.now_ns,
-    );
-    let mut steering = demand;
-    let lat = if underserved_only && (demand.nr_shortages > 0 || !attainable) {
-        if ps.reach.unreached() {
-            // Lowering vrate did not bring their latency back: their misses lower it no
-            // more than everyone's, and vrate rises while someone is short.
-            steering.nr_lagging = 0;
-            LatStat::default()
-        } else {
-            steering.nr_lagging = demand.nr_lagging_victims;
-            judged.stat
-        }
-    } else {
-        judged.all
-    };
+    let (lat, steering, attainable) = steering_latency(dev, st, ps, ctx, demand, judged);
     let targets_us = [params.rlat_us, params.wlat_us];
     let mut trend = ps.lat_floors.observe(
         lat.mean_lat_us,
@@ -342,23 +314,7 @@ fn judge_window(
         trend = latency_floor::LatencyTrend::Rising;
     }
     st.busy_level = busy::next_busy_level(st.busy_level, &lat, trend, &steering, aim);
-    // The latency class (design §15): a volume missing its own target on the device
-    // counts as a miss; one above its margin keeps vrate from rising.
-    let class = ps.latency_class;
-    ps.latency_class.device_miss = false;
-    if class.device_miss {
-        st.busy_level = (st.busy_level.max(0) + 1).min(busy::BUSY_LEVEL_MAX);
-    } else if class.unmet && st.busy_level < 0 {
-        st.busy_level = 0;
-    }
-    if st.active.len() < 2 {
-        // One volume active, not yet alone (design §5.9): nobody to protect and nothing
-        // to arbitrate, so vrate holds for when the others come back. Raised for a lone
-        // writer, it would let readers back from idle find the device's queue full (4
-        // paced readers on 2 s in 8: vrate reached 400 % while they were away and every
-        // reader-second missed).
-        st.busy_level = 0;
-    }
+    override_busy_level(st, ps);
     if lat.grossly_missed(ctx.ppm_thr, targets_us) {
         ps.gross_streak = ps.gross_streak.saturating_add(1);
     } else if !lat.no_samples(ctx.ppm_thr) || judged.all.nr_done > judged.stat.nr_done {
@@ -390,5 +346,71 @@ fn judge_window(
         trend,
         missed_at_min,
         judged_periods: judged.periods,
+    }
+}
+
+/// Whose latency steers vrate this window, the demand that pushes it up, and whether
+/// some vrate met the aim lately. While some volume is short of budget, lowering vrate
+/// takes from it: only the victims' latency counts (`victims`). While nobody is, the
+/// device rather than the budgets decides who is served, and everyone's latency counts,
+/// unless no vrate met the target lately ([`attainable`]).
+fn steering_latency(
+    dev: &DeviceShared,
+    st: &DeviceState,
+    ps: &mut PlannerState,
+    ctx: &PeriodCtx,
+    demand: busy::Demand,
+    judged: &lat_stat::Judged,
+) -> (LatStat, busy::Demand, bool) {
+    let params = dev.params();
+    let now = ctx.now;
+    let aim = busy::aim(ctx.ppm_thr);
+    ps.attainable.observe(&judged.all, aim, now.now_ns);
+    let attainable = ps.attainable.recently(now.now_ns);
+    let level = attainable::VrateLevel::of(st.vtime_base_rate, params.vrate_min());
+    ps.reach.observe(
+        &judged.stat,
+        aim,
+        ctx.ppm_thr,
+        level,
+        judged.periods,
+        now.now_ns,
+    );
+    let mut steering = demand;
+    let underserved_only = params.protect == Protect::Underserved;
+    let lat = if underserved_only && (demand.nr_shortages > 0 || !attainable) {
+        if ps.reach.unreached() {
+            // Lowering vrate did not bring their latency back: their misses lower it no
+            // more than everyone's, and vrate rises while someone is short.
+            steering.nr_lagging = 0;
+            LatStat::default()
+        } else {
+            steering.nr_lagging = demand.nr_lagging_victims;
+            judged.stat
+        }
+    } else {
+        judged.all
+    };
+    (lat, steering, attainable)
+}
+
+/// What overrides the latency's busy level: the latency class (design §15), where a
+/// volume missing its own target on the device counts as a miss and one above its margin
+/// keeps vrate from rising; and a single active volume.
+fn override_busy_level(st: &mut DeviceState, ps: &mut PlannerState) {
+    let class = ps.latency_class;
+    ps.latency_class.device_miss = false;
+    if class.device_miss {
+        st.busy_level = (st.busy_level.max(0) + 1).min(busy::BUSY_LEVEL_MAX);
+    } else if class.unmet && st.busy_level < 0 {
+        st.busy_level = 0;
+    }
+    if st.active.len() < 2 {
+        // One volume active, not yet alone (design §5.9): nobody to protect and nothing
+        // to arbitrate, so vrate holds for when the others come back. Raised for a lone
+        // writer, it would let readers back from idle find the device's queue full (4
+        // paced readers on 2 s in 8: vrate reached 400 % while they were away and every
+        // reader-second missed).
+        st.busy_level = 0;
     }
 }
