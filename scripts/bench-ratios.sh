@@ -59,9 +59,10 @@ kind = \"null\"
 enable = false
 $(for i in $(seq 0 7); do volume "v$i" "offset = \"${i}GiB\""; done)"
 
-# qsd NAME ARGS...: qemu-storage-daemon on null-co with ARGS, its log in $work/NAME.log;
-# waits for every socket ARGS name.
-qsd() {
+# qsd_up NAME ARGS...: qemu-storage-daemon with ARGS, its log in $work/NAME.log; waits
+# for every socket ARGS name. (lib.sh's qsd serves one export at a time; these servers
+# stay up together so that their runs can alternate.)
+qsd_up() {
     local name=$1
     shift
     qemu-storage-daemon "$@" 2>"$work/$name.log" &
@@ -74,14 +75,14 @@ qsd() {
 }
 null_co() { echo "driver=null-co,node-name=n$1,size=1073741824"; }
 qsd_export() { echo "type=vhost-user-blk,id=e$1,node-name=n$1,addr.type=unix,addr.path=$work/$2,writable=on,num-queues=$3${4:+,iothread=$4}"; }
-qsd main --blockdev "$(null_co 0)" --export "$(qsd_export 0 q.sock 1)"
-qsd iothread --object iothread,id=io0 --blockdev "$(null_co 0)" --export "$(qsd_export 0 qi.sock 1 io0)"
-qsd two-queues --object iothread,id=io0 --blockdev "$(null_co 0)" --export "$(qsd_export 0 q2.sock 2 io0)"
+qsd_up main --blockdev "$(null_co 0)" --export "$(qsd_export 0 q.sock 1)"
+qsd_up iothread --object iothread,id=io0 --blockdev "$(null_co 0)" --export "$(qsd_export 0 qi.sock 1 io0)"
+qsd_up two-queues --object iothread,id=io0 --blockdev "$(null_co 0)" --export "$(qsd_export 0 q2.sock 2 io0)"
 eight=()
 for i in $(seq 0 7); do
     eight+=(--object "iothread,id=io$i" --blockdev "$(null_co "$i")" --export "$(qsd_export "$i" "q8-$i.sock" 1 "io$i")")
 done
-qsd eight "${eight[@]}"
+qsd_up eight "${eight[@]}"
 
 # iops BENCH_ARGS: one run's IOPS, summed over its tenants; BENCH_ARGS is one string of `bench` arguments
 # (without spaces or wildcards inside an argument).

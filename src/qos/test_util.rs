@@ -34,8 +34,16 @@ pub(crate) fn qos_10ms() -> QosConfig {
 }
 
 pub(crate) fn device(qos: &QosConfig) -> (QosDevice, Arc<ManualClock>) {
+    device_with(Box::new(MicrosModel), qos)
+}
+
+/// A device pricing by `model`, on a manual clock.
+pub(crate) fn device_with(
+    model: Box<dyn CostModel>,
+    qos: &QosConfig,
+) -> (QosDevice, Arc<ManualClock>) {
     let clock = Arc::new(ManualClock::default());
-    let dev = QosDevice::new(Box::new(MicrosModel), qos, clock.clone());
+    let dev = QosDevice::new(model, qos, clock.clone());
     (dev, clock)
 }
 

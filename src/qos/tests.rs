@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::test_util::{device, go, io_us, qos_10ms, wait};
+use super::test_util::{device, device_with, go, io_us, qos_10ms, wait};
 use super::*;
 use crate::duration::DurationUs;
 use crate::vtime::WEIGHT_ONE;
@@ -515,8 +515,7 @@ fn completed_after(v: &VolumeQos, clock: &ManualClock, kind: IoKind, len: u64, d
 /// anything with QoS disabled.
 #[test]
 fn a_completion_is_judged_against_the_target_after_its_transfer_time() {
-    let clock = Arc::new(ManualClock::default());
-    let dev = QosDevice::new(Box::new(TransferModel), &qos_10ms(), clock.clone());
+    let (dev, clock) = device_with(Box::new(TransferModel), &qos_10ms());
     let v = dev.add_volume("v", None, 100).unwrap();
     // Targets of 5 ms: a 1,000 µs read may take about 6,000 µs, a 1,000 µs write 7,000
     // (vtime's ns are 0.3 % long, hence the margins).
@@ -534,8 +533,7 @@ fn a_completion_is_judged_against_the_target_after_its_transfer_time() {
         enable: false,
         ..qos_10ms()
     };
-    let clock = Arc::new(ManualClock::default());
-    let dev = QosDevice::new(Box::new(TransferModel), &off, clock.clone());
+    let (dev, clock) = device_with(Box::new(TransferModel), &off);
     let v = dev.add_volume("v", None, 100).unwrap();
     completed_after(&v, &clock, IoKind::Read, 1_000, 60_000);
     let s = v.stats();
