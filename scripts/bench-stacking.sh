@@ -31,7 +31,9 @@
 #   (`limits.bps-write`, QEMU's default burst).
 #
 # Usage: scripts/bench-stacking.sh [SECONDS]   (READERS=4 RATE=500 SLO_US=1000 ON= OFF=)
-#   RESULTS=DIR keeps each setup's bench JSON (per-second series) in DIR.
+#   RESULTS=DIR keeps in DIR, for each setup, the bench JSON (per-second series), the
+#   daemon's log (with RUST_LOG=info,vhost_iocost::daemon=debug: every planner period) and
+#   `ctl stats --json` at the end of the run (per volume: throttled requests, wait times).
 #   CAPS="150 170" adds static caps at these MiB/s (to trace the cap's frontier).
 #   SETUPS="off defaults cap" runs only these setups (default: all; `cap` needs `defaults`).
 #   DEFAULTS="[device.model]..." adds these lines to the defaults' config (an A/B of a rule).
@@ -95,6 +97,7 @@ run() {
     local device_stats='{}'
     if [ -S "$work/control.sock" ]; then
         device_stats=$("$bin" ctl --socket "$work/control.sock" stats --json 2>/dev/null || echo "{}")
+        if [ -n "${RESULTS:-}" ]; then printf '%s\n' "$device_stats" > "$RESULTS/$1.stats.json"; fi
     fi
     python3 - "$work/$1.json" "$2" "$slo" "$device_stats" "$1" "$work/rows.jsonl" <<'EOF'
 import json, statistics, sys
