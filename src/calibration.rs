@@ -15,7 +15,7 @@
 //! half the read ones ([`WRITE_ESTIMATE`]), the ratio of the kernel's ordinary-SSD and
 //! fast-SSD presets rounded down, and stated as estimates wherever the model is shown.
 //! The default targets are the ones `profile` suggests ([`crate::profile::suggest`], where
-//! the rule is explained): reads must complete within 2 × the p90 latency measured at
+//! the rule is explained): reads must complete within 1.5 × the p90 latency measured at
 //! 90 % load in 90 % of cases, and writes give no latency signal.
 //! Give `wpct`/`wlat` to change that.
 //!

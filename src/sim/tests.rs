@@ -278,7 +278,7 @@ fn bad_scenarios_are_errors_not_panics() {
     assert!(e.to_string().contains("weight"), "{e}");
 }
 
-/// The emulated slow device with the targets calibration derives for it (p90 500 µs
+/// The emulated slow device with the targets calibration derives for it (p90 375 µs
 /// reads, no write target); `qos_extra` is appended to `[device.qos]`.
 pub(super) fn slow_device(duration: &str, warmup: &str, qos_extra: &str) -> String {
     format!(
@@ -289,9 +289,9 @@ warmup = "{warmup}"
 {model}
 [device.qos]
 rpct = 90.0
-rlat = "500us"
+rlat = "375us"
 wpct = 0.0
-wlat = "500us"
+wlat = "375us"
 {qos_extra}
 [disk]
 channels = 4

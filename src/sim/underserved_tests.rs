@@ -1,5 +1,5 @@
 //! `protect = "underserved"` (design §5.10) in the simulator, on the emulated slow device
-//! with the targets calibration derives for it (p90 500 µs reads, no write signal):
+//! with the targets calibration derives for it (p90 375 µs reads, no write signal):
 //! equal tenants are not throttled for misses of their own queue, weights still hold,
 //! and a reservation holds beside writers.
 
