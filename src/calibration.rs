@@ -20,8 +20,9 @@
 //! Give `wpct`/`wlat` to change that.
 //!
 //! The result is kept in the state file (`"calibrated"`), with the device's path and
-//! size, and reused at the next start of the same device; delete the entry (or the state
-//! file) to measure again. A regular file that is mostly unallocated is not measured: its
+//! size, and reused at the next start of the same device, its read target derived again
+//! from the latencies kept (so a rule changed by an upgrade applies to it too); delete
+//! the entry (or the state file) to measure again. A regular file that is mostly unallocated is not measured: its
 //! holes read as zeroes without touching the disk, which would make the model many times
 //! too fast. The daemon then keeps the preset and says so.
 //!
@@ -39,7 +40,7 @@ use crate::duration::DurationUs;
 use crate::profile::allocation::check_allocated;
 use crate::profile::plan::WRITE_ESTIMATE;
 use crate::profile::simulated::SimTarget;
-use crate::profile::suggest::{without_write_signal, DEFAULT_PERCENTILE};
+use crate::profile::suggest::{target, without_write_signal, DEFAULT_PERCENTILE};
 use crate::profile::uring::UringTarget;
 use crate::profile::{profile, suggest_qos, Plan, Profile, Target};
 use crate::qos::QosConfig;
@@ -83,6 +84,25 @@ impl Calibration {
             rlat: q.rlat.unwrap_or(DurationUs(1)),
             read_latency_us: p.read_latency_us,
         }
+    }
+
+    /// This calibration with the read target the current rule derives from its measured
+    /// latencies: a state file keeps what was measured, and the rule that turns it into a
+    /// target applies at every start (a kept target from another rule is replaced, and
+    /// logged). One without measured latencies keeps its target.
+    pub fn with_current_target(mut self) -> Self {
+        if self.read_latency_us.iter().all(|&us| us > 0) {
+            let (rpct, rlat) = target(self.read_latency_us, DEFAULT_PERCENTILE);
+            if (rpct, rlat) != (self.rpct, self.rlat.0) {
+                tracing::info!(
+                    kept = %format_args!("p{} {}", self.rpct, self.rlat),
+                    now = %format_args!("p{rpct} {}", DurationUs(rlat)),
+                    "device.model: the kept calibration's read target follows the current rule"
+                );
+                (self.rpct, self.rlat) = (rpct, DurationUs(rlat));
+            }
+        }
+        self
     }
 
     /// Whether this calibration is of the device `cfg` names (same path and size).
@@ -163,6 +183,7 @@ fn file_target(cfg: &DeviceConfig, size: u64) -> Result<UringTarget, String> {
 mod tests {
     use super::*;
     use crate::emulated::EmulatedConfig;
+    use crate::profile::suggest::LATENCY_MARGIN;
 
     /// The example device of docs/configuration.md: 400k random reads per second on 8 channels.
     fn emulated_device() -> DeviceConfig {
@@ -212,6 +233,34 @@ mod tests {
             ..QosConfig::default()
         };
         assert_eq!(c.qos_defaults(&own).rlat, Some(DurationUs(7)));
+    }
+
+    /// A calibration kept in the state file under another rule keeps its measurements and
+    /// gets the target the current rule derives from them; one without measured
+    /// latencies keeps the target it has.
+    #[test]
+    fn a_kept_calibration_gets_the_current_rules_target() {
+        let measured = measure(&emulated_device(), 64 << 20).unwrap();
+        let p90 = measured.read_latency_us[1];
+        // Kept under a rule of 3 × the p95.
+        let kept = Calibration {
+            rpct: 95.0,
+            rlat: DurationUs(measured.read_latency_us[2] * 3),
+            ..measured.clone()
+        };
+        let now = kept.with_current_target();
+        assert_eq!((now.rpct, now.rlat), (90.0, measured.rlat));
+        assert_eq!(now.rlat.0, (p90 as f64 * LATENCY_MARGIN).ceil() as u64);
+        assert_eq!(
+            (&now.model, now.read_latency_us),
+            (&measured.model, measured.read_latency_us)
+        );
+        let unmeasured = Calibration {
+            rlat: DurationUs(375),
+            read_latency_us: [0; 4],
+            ..measured
+        };
+        assert_eq!(unmeasured.with_current_target().rlat, DurationUs(375));
     }
 
     /// A sparse file is not measured: its holes would be.

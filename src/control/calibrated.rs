@@ -48,8 +48,9 @@ pub fn resolve(config: &Config, config_path: &Path) -> Option<Calibration> {
         .as_ref()
         .filter(|c| c.matches(device, size))
     {
+        let c = c.clone().with_current_target();
         tracing::info!(device = %c.device, rlat = %c.rlat, "device.model: using the calibration in the state file");
-        return Some(c.clone());
+        return Some(c);
     }
     tracing::info!(device = %path.display(), "device.model: not given; calibrating (read-only, about 2 s)");
     let c = match calibration::measure(device, size) {
@@ -86,7 +87,7 @@ pub fn for_check(
     }
     let state = RuntimeState::load(&state_path(config_path)).map_err(|e| e.to_string())?;
     if let Some(c) = state.calibrated.filter(|c| c.matches(device, size)) {
-        return Ok(Some(c));
+        return Ok(Some(c.with_current_target()));
     }
     if device.emulated.is_some() {
         return calibration::measure(device, size).map(Some);

@@ -67,7 +67,7 @@ pub fn without_write_signal(q: &mut QosConfig) {
 }
 
 /// `(percentile, margin × latency at it)` from latencies at [`PERCENTILES`].
-fn target(latency_us: [u64; 4], percentile: f64) -> (f64, u64) {
+pub(crate) fn target(latency_us: [u64; 4], percentile: f64) -> (f64, u64) {
     let index = PERCENTILES
         .iter()
         .position(|&q| q == percentile)
