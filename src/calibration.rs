@@ -22,9 +22,9 @@
 //! The result is kept in the state file (`"calibrated"`), with the device's path and
 //! size, and reused at the next start of the same device, its read target derived again
 //! from the latencies kept (so a rule changed by an upgrade applies to it too); delete
-//! the entry (or the state file) to measure again. A regular file that is mostly unallocated is not measured: its
-//! holes read as zeroes without touching the disk, which would make the model many times
-//! too fast. The daemon then keeps the preset and says so.
+//! the entry (or the state file) to measure again. A regular file that is mostly
+//! unallocated is not measured: its holes read as zeroes without touching the disk,
+//! which would make the model many times too fast. The daemon then keeps the preset and says so.
 //!
 //! An emulated device (`kind = "emulated"`) is measured the same way, through its model in
 //! virtual time: calibration sees exactly what the data path will see.

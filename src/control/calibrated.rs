@@ -5,7 +5,7 @@
 use super::state::{state_path, RuntimeState};
 use crate::backend::io::disk::HostDisk;
 use crate::calibration::{self, Calibration};
-use crate::config::Config;
+use crate::config::{Config, DeviceConfig};
 use std::path::Path;
 
 /// The calibration the daemon runs with, if the config leaves the model to it: the one
@@ -43,12 +43,7 @@ pub fn resolve(config: &Config, config_path: &Path) -> Option<Calibration> {
         Ok(s) => s,
         Err(e) => return not_calibrated(&e),
     };
-    if let Some(c) = state
-        .calibrated
-        .as_ref()
-        .filter(|c| c.matches(device, size))
-    {
-        let c = c.clone().with_current_target();
+    if let Some(c) = kept(&state, device, size) {
         tracing::info!(device = %c.device, rlat = %c.rlat, "device.model: using the calibration in the state file");
         return Some(c);
     }
@@ -71,6 +66,16 @@ pub fn resolve(config: &Config, config_path: &Path) -> Option<Calibration> {
     Some(c)
 }
 
+/// The state file's calibration of `device` (of `size` bytes), with the read target the
+/// rule in force derives from it.
+fn kept(state: &RuntimeState, device: &DeviceConfig, size: u64) -> Option<Calibration> {
+    state
+        .calibrated
+        .as_ref()
+        .filter(|c| c.matches(device, size))
+        .map(|c| c.clone().with_current_target())
+}
+
 /// The calibration `run` would use, found without writing anything: the one kept in the
 /// state file beside `config_path` if it is of this device (of `size` bytes); for an
 /// emulated device not measured yet, its model measured in virtual time, as `run` does.
@@ -86,8 +91,8 @@ pub fn for_check(
         return Ok(None);
     }
     let state = RuntimeState::load(&state_path(config_path)).map_err(|e| e.to_string())?;
-    if let Some(c) = state.calibrated.filter(|c| c.matches(device, size)) {
-        return Ok(Some(c.with_current_target()));
+    if let Some(c) = kept(&state, device, size) {
+        return Ok(Some(c));
     }
     if device.emulated.is_some() {
         return calibration::measure(device, size).map(Some);
