@@ -45,6 +45,9 @@ pub(crate) struct NodeBook {
     pub service: Service,
     /// When `victims::mark` last saw the volume active, ns.
     pub seen_active_ns: u64,
+    /// Until when a volume back from a long pause counts as a victim whatever its share
+    /// (see `victims::mark`), ns; 0 when it is not in that grace.
+    pub back_until_ns: u64,
     // --- donation (design §6.5), valid during one planner run ---
     pub hweight_donating: u32,
     pub hweight_after: u32,

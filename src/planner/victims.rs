@@ -11,7 +11,9 @@
 //!   standard errors of that share (more among more volumes). A paced or shallow reader beside a writer is one;
 //!   so is the heavier of two weighted volumes once vrate is too high for the weights
 //!   to hold;
-//! * a volume served less than its reservation (design §14).
+//! * a volume served less than its reservation (design §14);
+//! * for its first [`BACK_GRACE_NS`], a volume back from a pause to a neighbour that had
+//!   the device alone (design §5.9).
 //!
 //! The standard error is the binomial one of the volume's completions or, where wider,
 //! the one its per-period shares scatter by ([`Service::short_of`]): completions are not
@@ -32,7 +34,9 @@ use crate::qos::shared::{DeviceShared, DeviceState};
 use super::books::NodeBook;
 use super::service_share::Service;
 use super::state::PeriodCtx;
-pub use crate::qos::tunables::{DEFICIT_SE, DEFICIT_SE_PER_DOUBLING, FRESH_AFTER_IDLE_NS};
+pub use crate::qos::tunables::{
+    BACK_GRACE_NS, BACK_GRACE_PERIODS, DEFICIT_SE, DEFICIT_SE_PER_DOUBLING, FRESH_AFTER_IDLE_NS,
+};
 
 /// The standard errors a deficit must exceed among `nr_foreground` volumes.
 fn deficit_se(nr_foreground: usize) -> f64 {
@@ -74,14 +78,34 @@ pub(crate) fn mark(dev: &DeviceShared, st: &DeviceState, books: &mut [NodeBook],
             && ctx.period_at_ns.saturating_sub(book.seen_active_ns) > FRESH_AFTER_IDLE_NS;
         if back {
             book.service = Service::default();
+            let grace = BACK_GRACE_NS.max(BACK_GRACE_PERIODS * elapsed_ns);
+            if after_lone_queue(st, *id, grace) {
+                book.back_until_ns = ctx.now.now_ns.saturating_add(grace);
+            }
         }
         book.seen_active_ns = ctx.now.now_ns;
+        if ctx.now.now_ns < book.back_until_ns {
+            // The neighbour that had the device alone works off the queue it built and
+            // is admitted nothing meanwhile, so by admitted service the returner looks
+            // served above its share while its first requests wait behind that queue.
+            book.service = Service::default();
+            book.victim = true;
+            continue;
+        }
+        book.back_until_ns = 0;
         let entitled = f64::from(hwa) / hwa_sum.max(1) as f64;
         if rate_sum > 0.0 {
             book.service = book.service.blend(share, entitled, done);
         }
         book.victim = book.service.short_of(z) || v.reserve.unmet(book.usage_delta_abs, elapsed_ns);
     }
+}
+
+/// Whether volume `id` activated within `grace` after a neighbour's time alone on the
+/// device ended (by it or by another returner).
+fn after_lone_queue(st: &DeviceState, id: usize, grace: u64) -> bool {
+    let lone_queue_at = st.lone_queue_at_ns;
+    lone_queue_at != 0 && st.tree.nodes[id].activated_at_ns.abs_diff(lone_queue_at) <= grace
 }
 
 /// Absolute cost served per ns over the time volume `id` was active this period: one

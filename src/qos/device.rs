@@ -110,6 +110,7 @@ impl QosDevice {
             contended_periods: 0,
             contended_periods_missed: 0,
             group_reserves: false,
+            lone_queue_at_ns: 0,
             cfg_history: vec![Arc::new(DeviceCfg {
                 params,
                 model: Arc::from(model),

@@ -105,6 +105,13 @@ pub const RESPONSIVE_PCT: u64 = 67;
 /// paused for less (its client did not get the CPU for a few periods) keeps it.
 pub const FRESH_AFTER_IDLE_NS: u64 = 1_000_000_000;
 
+/// A volume back from such a pause counts as a victim for this long, and for at least
+/// [`BACK_GRACE_PERIODS`] periods, whatever its share.
+pub const BACK_GRACE_NS: u64 = 100_000_000;
+
+/// See [`BACK_GRACE_NS`].
+pub const BACK_GRACE_PERIODS: u64 = 2;
+
 /// Beside one other volume, a deficit must exceed this many relative standard errors of
 /// the share (binomial: √((1 − share) / n) for n completions).
 pub const DEFICIT_SE: f64 = 2.0;

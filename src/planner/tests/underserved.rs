@@ -212,3 +212,58 @@ fn an_underserved_volume_that_min_does_not_help_stops_holding_vrate_there() {
         assert_eq!(!at_min(dev.vrate_ppm()), rises, "{rec:?}");
     }
 }
+
+/// `protect = "underserved"`: a reader back from a long pause beside a neighbour that
+/// had the device alone is protected from its first period. The neighbour works off the
+/// queue it built alone and admits nothing meanwhile, so the reader's share of what was
+/// admitted looks like all of it; its reads wait behind that queue all the same, and
+/// their misses lower vrate at once.
+#[test]
+fn a_volume_back_from_a_long_pause_is_protected_while_its_neighbour_drains() {
+    let (dev, clock) = device(&underserved_only());
+    let v = dev.add_volume("v", None, 100).unwrap();
+    let n = dev.add_volume("neighbour", None, 100).unwrap();
+    // The neighbour alone for 2 s, keeping the device busy, its requests completing at
+    // once.
+    let alone_periods = 2 * crate::qos::tunables::FRESH_AFTER_IDLE_NS / dev.period_ns();
+    for _ in 0..alone_periods {
+        for _ in 0..dev.period_ns() / 250_000 {
+            if let Decision::Go(c) = n.admit(&io_us(250)) {
+                let t = clock.now_ns();
+                n.complete(&c, t, t, t);
+            }
+        }
+        clock.advance(dev.period_ns());
+        dev.plan();
+    }
+    // Alone it is never throttled: the queue it leaves in flight is as deep as it likes.
+    let queued: Vec<_> = (0..200).map(|_| go(n.admit(&io_us(250)))).collect();
+    clock.advance(dev.period_ns());
+    dev.plan();
+    let before = dev.vrate_ppm();
+    for _ in 0..4 {
+        for _ in 0..100 {
+            if let Decision::Go(c) = v.admit(&io_us(10)) {
+                let t = clock.now_ns();
+                v.complete(&c, t, t, t + 6_000_000);
+            }
+        }
+        assert!(
+            matches!(n.admit(&io_us(250)), Decision::Wait { .. }),
+            "the neighbour owes its queue"
+        );
+        clock.advance(dev.period_ns());
+        dev.plan();
+    }
+    let rec = dev.last_period();
+    assert!(rec.nr_shortages >= 1, "{rec:?}");
+    assert!(
+        dev.vrate_ppm() < before,
+        "vrate {before} -> {}: {rec:?}",
+        dev.vrate_ppm()
+    );
+    let t = clock.now_ns();
+    for c in &queued {
+        n.complete(c, t, t, t);
+    }
+}
