@@ -396,7 +396,9 @@ impl VolumeQos {
             for (_, lone) in &st.active {
                 lone.forgive_completed_ahead(now.vnow);
             }
-            st.lone_queue_at_ns = now.now_ns;
+            if !st.active.is_empty() {
+                st.lone_queue_at_ns = now.now_ns;
+            }
         }
         st.active.push((node, Arc::clone(&self.core)));
         dev.set_nr_active(st.active.len(), now.now_ns);
