@@ -105,8 +105,9 @@ pub const RESPONSIVE_PCT: u64 = 67;
 /// paused for less (its client did not get the CPU for a few periods) keeps it.
 pub const FRESH_AFTER_IDLE_NS: u64 = 1_000_000_000;
 
-/// A volume back from such a pause counts as a victim for this long, and for at least
-/// [`BACK_GRACE_PERIODS`] periods, whatever its share.
+/// A volume back from such a pause beside a neighbour that had the device alone (and
+/// still works off the queue it built) counts as a victim for this long, and for at
+/// least [`BACK_GRACE_PERIODS`] periods, whatever its share.
 pub const BACK_GRACE_NS: u64 = 100_000_000;
 
 /// See [`BACK_GRACE_NS`].
