@@ -13,7 +13,7 @@
 //!   to hold;
 //! * a volume served less than its reservation (design §14);
 //! * for its first [`BACK_GRACE_NS`], a volume back from a pause to a neighbour that had
-//!   the device alone (design §5.9).
+//!   the device alone and left a queue in it (design §5.9).
 //!
 //! The standard error is the binomial one of the volume's completions or, where wider,
 //! the one its per-period shares scatter by ([`Service::short_of`]): completions are not
@@ -88,7 +88,6 @@ pub(crate) fn mark(dev: &DeviceShared, st: &DeviceState, books: &mut [NodeBook],
             // The neighbour that had the device alone works off the queue it built and
             // is admitted nothing meanwhile, so by admitted service the returner looks
             // served above its share while its first requests wait behind that queue.
-            book.service = Service::default();
             book.victim = true;
             continue;
         }
@@ -102,10 +101,15 @@ pub(crate) fn mark(dev: &DeviceShared, st: &DeviceState, books: &mut [NodeBook],
 }
 
 /// Whether volume `id` activated within `grace` after a neighbour's time alone on the
-/// device ended (by it or by another returner).
+/// device ended with a queue in flight (by it or by another returner). The lone volume
+/// itself activated before that moment.
 fn after_lone_queue(st: &DeviceState, id: usize, grace: u64) -> bool {
     let lone_queue_at = st.lone_queue_at_ns;
-    lone_queue_at != 0 && st.tree.nodes[id].activated_at_ns.abs_diff(lone_queue_at) <= grace
+    lone_queue_at != 0
+        && st.tree.nodes[id]
+            .activated_at_ns
+            .checked_sub(lone_queue_at)
+            .is_some_and(|since| since <= grace)
 }
 
 /// Absolute cost served per ns over the time volume `id` was active this period: one

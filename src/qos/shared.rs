@@ -42,8 +42,9 @@ pub(crate) struct DeviceState {
     /// Some group has a reservation: the planner splits it among the group's active
     /// volumes every period.
     pub group_reserves: bool,
-    /// When a volume last activated beside one that had the device alone, ns (0:
-    /// never): the lone one still works off the queue it built unthrottled (design §5.9).
+    /// When a volume last activated beside one that had the device alone and still had
+    /// requests in flight, ns (0: never): the lone one works off the queue it built
+    /// unthrottled (design §5.9).
     pub lone_queue_at_ns: u64,
     /// Every configuration ever published; `DeviceShared::cfg` points into one of
     /// them. Never shrinks while the device lives (see the module docs).

@@ -396,7 +396,7 @@ impl VolumeQos {
             for (_, lone) in &st.active {
                 lone.forgive_completed_ahead(now.vnow);
             }
-            if !st.active.is_empty() {
+            if st.active.iter().any(|(_, lone)| lone.has_in_flight()) {
                 st.lone_queue_at_ns = now.now_ns;
             }
         }

@@ -212,6 +212,11 @@ impl VolumeCore {
             && self.done_vtime.load(Relaxed) == self.vtime.load(Relaxed)
     }
 
+    /// Has the volume requests in flight?
+    pub(crate) fn has_in_flight(&self) -> bool {
+        self.done_vtime.load(Relaxed) != self.vtime.load(Relaxed)
+    }
+
     /// Pull both clocks back so that the volume owes no more than what it has in flight:
     /// what it completed ahead of `vnow` while alone is forgiven (design §5.9; device
     /// lock held, the volume's worker may be charging concurrently).

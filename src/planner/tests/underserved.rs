@@ -213,6 +213,49 @@ fn an_underserved_volume_that_min_does_not_help_stops_holding_vrate_there() {
     }
 }
 
+/// `volume` alone on the device for 2 s, keeping it busy, its requests completing at once.
+fn alone_for_two_seconds(dev: &Planned, clock: &ManualClock, volume: &VolumeQos) {
+    let periods = 2 * crate::qos::tunables::FRESH_AFTER_IDLE_NS / dev.period_ns();
+    for _ in 0..periods {
+        for _ in 0..dev.period_ns() / 250_000 {
+            if let Decision::Go(c) = volume.admit(&io_us(250)) {
+                let t = clock.now_ns();
+                volume.complete(&c, t, t, t);
+            }
+        }
+        clock.advance(dev.period_ns());
+        dev.plan();
+    }
+}
+
+/// Four periods in which `volume` issues 100 small reads (`all_it_can`: as many as its
+/// budget allows), each completing 6 ms late, and then `neighbour_turn` runs; returns
+/// vrate before and after.
+fn slow_reads_for_four_periods(
+    dev: &Planned,
+    clock: &ManualClock,
+    volume: &VolumeQos,
+    all_it_can: bool,
+    neighbour_turn: &dyn Fn(),
+) -> (u64, u64) {
+    let before = dev.vrate_ppm();
+    for _ in 0..4 {
+        let mut issued = 0;
+        while issued < 100 || all_it_can {
+            let Decision::Go(c) = volume.admit(&io_us(10)) else {
+                break;
+            };
+            let t = clock.now_ns();
+            volume.complete(&c, t, t, t + 6_000_000);
+            issued += 1;
+        }
+        neighbour_turn();
+        clock.advance(dev.period_ns());
+        dev.plan();
+    }
+    (before, dev.vrate_ppm())
+}
+
 /// `protect = "underserved"`: a reader back from a long pause beside a neighbour that
 /// had the device alone is protected from its first period. The neighbour works off the
 /// queue it built alone and admits nothing meanwhile, so the reader's share of what was
@@ -223,47 +266,57 @@ fn a_volume_back_from_a_long_pause_is_protected_while_its_neighbour_drains() {
     let (dev, clock) = device(&underserved_only());
     let v = dev.add_volume("v", None, 100).unwrap();
     let n = dev.add_volume("neighbour", None, 100).unwrap();
-    // The neighbour alone for 2 s, keeping the device busy, its requests completing at
-    // once.
-    let alone_periods = 2 * crate::qos::tunables::FRESH_AFTER_IDLE_NS / dev.period_ns();
-    for _ in 0..alone_periods {
-        for _ in 0..dev.period_ns() / 250_000 {
-            if let Decision::Go(c) = n.admit(&io_us(250)) {
-                let t = clock.now_ns();
-                n.complete(&c, t, t, t);
-            }
-        }
-        clock.advance(dev.period_ns());
-        dev.plan();
-    }
-    // Alone it is never throttled: the queue it leaves in flight is as deep as it likes.
-    let queued: Vec<_> = (0..200).map(|_| go(n.admit(&io_us(250)))).collect();
-    clock.advance(dev.period_ns());
-    dev.plan();
-    let before = dev.vrate_ppm();
-    for _ in 0..4 {
-        for _ in 0..100 {
+    // Both busy for a while, v's reads served at once; then v pauses.
+    for _ in 0..20 {
+        for _ in 0..10 {
             if let Decision::Go(c) = v.admit(&io_us(10)) {
                 let t = clock.now_ns();
-                v.complete(&c, t, t, t + 6_000_000);
+                v.complete(&c, t, t, t);
             }
         }
-        assert!(
-            matches!(n.admit(&io_us(250)), Decision::Wait { .. }),
-            "the neighbour owes its queue"
-        );
+        aggress(&n, &clock);
         clock.advance(dev.period_ns());
         dev.plan();
     }
+    alone_for_two_seconds(&dev, &clock, &n);
+    // Alone it is never throttled: the queue it leaves in flight is as deep as it likes.
+    let queued: Vec<_> = (0..400).map(|_| go(n.admit(&io_us(250)))).collect();
+    clock.advance(dev.period_ns());
+    dev.plan();
+    let owes = || {
+        let next = n.admit(&io_us(250));
+        assert!(matches!(next, Decision::Wait { .. }), "it owes its queue");
+    };
+    let (before, after) = slow_reads_for_four_periods(&dev, &clock, &v, false, &owes);
     let rec = dev.last_period();
     assert!(rec.nr_shortages >= 1, "{rec:?}");
-    assert!(
-        dev.vrate_ppm() < before,
-        "vrate {before} -> {}: {rec:?}",
-        dev.vrate_ppm()
-    );
+    assert!(after < before, "vrate {before} -> {after}: {rec:?}");
     let t = clock.now_ns();
     for c in &queued {
         n.complete(c, t, t, t);
     }
+}
+
+/// The grace above is for a queue the lone volume left in the device: a heavy volume
+/// arriving beside a lone one with nothing in flight is judged by its share at once, and
+/// its misses (its own queue's) do not lower vrate.
+#[test]
+fn a_volume_arriving_beside_a_lone_one_with_nothing_in_flight_gets_no_grace() {
+    let (dev, clock) = device(&underserved_only());
+    let heavy = dev.add_volume("heavy", None, 100).unwrap();
+    let lone = dev.add_volume("lone", None, 100).unwrap();
+    // Everything the lone one issued is completed; it goes on with a few small reads.
+    alone_for_two_seconds(&dev, &clock, &lone);
+    let light = || {
+        for _ in 0..5 {
+            if let Decision::Go(c) = lone.admit(&io_us(10)) {
+                let t = clock.now_ns();
+                lone.complete(&c, t, t, t);
+            }
+        }
+    };
+    let (before, after) = slow_reads_for_four_periods(&dev, &clock, &heavy, true, &light);
+    let rec = dev.last_period();
+    assert!(rec.nr_shortages >= 1 && rec.nr_active == 2, "{rec:?}");
+    assert!(after >= before, "vrate {before} -> {after}: {rec:?}");
 }
