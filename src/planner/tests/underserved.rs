@@ -260,7 +260,7 @@ fn slow_reads_for_four_periods(
 /// had the device alone is protected from its first period. The neighbour works off the
 /// queue it built alone and admits nothing meanwhile, so the reader's share of what was
 /// admitted looks like all of it; its reads wait behind that queue all the same, and
-/// their misses lower vrate at once.
+/// their misses lower vrate at once, for the grace's 100 ms and no longer.
 #[test]
 fn a_volume_back_from_a_long_pause_is_protected_while_its_neighbour_drains() {
     let (dev, clock) = device(&underserved_only());
@@ -280,7 +280,7 @@ fn a_volume_back_from_a_long_pause_is_protected_while_its_neighbour_drains() {
     }
     alone_for_two_seconds(&dev, &clock, &n);
     // Alone it is never throttled: the queue it leaves in flight is as deep as it likes.
-    let queued: Vec<_> = (0..400).map(|_| go(n.admit(&io_us(250)))).collect();
+    let queued: Vec<_> = (0..2000).map(|_| go(n.admit(&io_us(250)))).collect();
     clock.advance(dev.period_ns());
     dev.plan();
     let owes = || {
@@ -291,6 +291,16 @@ fn a_volume_back_from_a_long_pause_is_protected_while_its_neighbour_drains() {
     let rec = dev.last_period();
     assert!(rec.nr_shortages >= 1, "{rec:?}");
     assert!(after < before, "vrate {before} -> {after}: {rec:?}");
+    // After the grace it is judged by its share again, which still looks large.
+    let grace_periods = crate::qos::tunables::BACK_GRACE_NS / dev.period_ns();
+    for _ in 0..grace_periods.div_ceil(4) {
+        slow_reads_for_four_periods(&dev, &clock, &v, false, &owes);
+    }
+    let (before, after) = slow_reads_for_four_periods(&dev, &clock, &v, false, &owes);
+    assert!(
+        after >= before,
+        "after the grace: vrate {before} -> {after}"
+    );
     let t = clock.now_ns();
     for c in &queued {
         n.complete(c, t, t, t);
