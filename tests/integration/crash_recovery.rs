@@ -11,7 +11,7 @@ use std::time::Duration;
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
 
 use crate::client::pattern;
-use crate::cloud_hypervisor::{Ram, Vm};
+use crate::cloud_hypervisor::{EventfdOrder, Ram, Vm};
 use crate::daemon::{volume, DaemonProcess};
 use crate::devices::stalled_read;
 use crate::raw_frontend::{header, STATUS_UNSET, S_OK, T_IN, T_OUT};
@@ -223,6 +223,42 @@ fn crash_once(at: &str, nth: u32) {
     // Killed before its used entries were stored, a batch in flight must be redone.
     if matches!(at, "after-pop" | "before-publish") {
         assert!(resubmitted, "{at} #{nth}: nothing resubmitted");
+    }
+}
+
+/// A daemon killed after storing a used entry and before notifying the guest, with
+/// nothing else in flight: the guest, which learns of answers only through its call
+/// eventfd, is notified once the new daemon's queue starts, whichever of KICK and CALL
+/// the frontend sends first (QEMU sends KICK first, so the queue starts without a call
+/// fd). Without that notification the guest waits for the answer forever.
+#[test]
+fn an_answer_stored_but_not_notified_before_a_kill_is_notified_after_the_reconnect() {
+    for order in [EventfdOrder::CallFirst, EventfdOrder::KickFirst] {
+        let crash = "[device.emulated.crash]\nat = \"after-publish\"\nnth = 1\n";
+        let d = DaemonProcess::start(&config(crash));
+        let (mut vm, _) = Vm::boot(&d.socket("v"), 1, 1);
+        // Taken: the notification the queue's start may have sent.
+        vm.guest.queues[0].wait_call(Duration::ZERO);
+        let mut sent = BTreeMap::new();
+        let head = submit_write(&mut vm, 8, &pattern(8 * 512, 4096, 9), &mut sent);
+        vm.guest.kick(0);
+        let dir = d.wait_killed();
+        assert_eq!(vm.guest.used_idx(0), 1, "{order:?}: the answer was stored");
+        let queue = &vm.guest.queues[0];
+        assert!(
+            !queue.wait_call(Duration::ZERO),
+            "{order:?}: the dead daemon notified the guest"
+        );
+        let d = DaemonProcess::start_in(dir, &config(""));
+        let vm = vm.reconnect_with(&d.socket("v"), order);
+        assert!(
+            vm.guest.queues[0].wait_call(Duration::from_secs(10)),
+            "{order:?}: the guest was never notified of its answered write"
+        );
+        let mut vm = vm;
+        let used = vm.guest.wait_used(0);
+        assert_eq!(used.head, head);
+        check_answer(&vm, head, &mut sent);
     }
 }
 

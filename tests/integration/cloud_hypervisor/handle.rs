@@ -22,6 +22,16 @@ pub(super) struct Inflight {
     pub(super) file: std::fs::File,
 }
 
+/// The order a frontend sends each queue's eventfds in when it sets the queue up.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum EventfdOrder {
+    /// cloud-hypervisor's: CALL, then KICK (which starts the queue).
+    CallFirst,
+    /// QEMU's (`vhost_virtqueue_start`, then unmasking the notifier): KICK, then CALL,
+    /// so the queue starts without a call fd.
+    KickFirst,
+}
+
 /// CH's `VhostUserHandle`: one connection to the backend.
 pub(super) struct VhostUserHandle {
     pub(super) vu: Frontend,
@@ -31,6 +41,8 @@ pub(super) struct VhostUserHandle {
     pub(super) backend_features: u64,
     /// The queues the last activation set up (`queue_indexes`).
     pub(super) queue_indexes: Vec<usize>,
+    /// How `setup` sends each queue's eventfds: CH's order unless a test asks for QEMU's.
+    pub(super) eventfd_order: EventfdOrder,
 }
 
 /// Unwraps a vhost-user call, naming the message if it failed.
@@ -52,6 +64,7 @@ impl VhostUserHandle {
             acked_protocol: 0,
             backend_features,
             queue_indexes: Vec::new(),
+            eventfd_order: EventfdOrder::CallFirst,
         }
     }
 
@@ -163,8 +176,12 @@ impl VhostUserHandle {
                 "SET_VRING_BASE",
                 self.vu.set_vring_base(q, guest.avail_idx_in_memory(q)),
             );
-            ok("SET_VRING_CALL", self.vu.set_vring_call(q, &vq.call));
-            ok("SET_VRING_KICK", self.vu.set_vring_kick(q, &vq.kick));
+            let call = || ok("SET_VRING_CALL", self.vu.set_vring_call(q, &vq.call));
+            let kick = || ok("SET_VRING_KICK", self.vu.set_vring_kick(q, &vq.kick));
+            match self.eventfd_order {
+                EventfdOrder::CallFirst => (call(), kick()),
+                EventfdOrder::KickFirst => (kick(), call()),
+            };
             self.queue_indexes.push(q);
         }
         self.set_vrings_enabled(true);
@@ -205,8 +222,10 @@ impl VhostUserHandle {
         state: &BlkState,
         acked_features: u64,
         inflight: &mut Option<Inflight>,
+        eventfd_order: EventfdOrder,
     ) -> Self {
         let mut h = Self::connect(socket, guest.queues.len());
+        h.eventfd_order = eventfd_order;
         if acked_features & VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits() != 0 {
             let saved = VhostUserProtocolFeatures::from_bits(state.acked_protocol_features)
                 .expect("saved protocol features are known bits");

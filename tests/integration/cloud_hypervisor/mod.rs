@@ -27,6 +27,9 @@
 //! SET_VRING_NUMs, GET_INFLIGHT_FD once per device and SET_INFLIGHT_FD with the reply,
 //! and on every later activation and reconnect SET_INFLIGHT_FD with the same region.
 //!
+//! A reconnect can send each queue's CALL and KICK in QEMU's order instead
+//! ([`EventfdOrder`]).
+//!
 //! Left out: migration and DEVICE_STATE (not offered, so CH skips it).
 //!
 //! Completions are awaited on the call eventfd with `poll(2)` and a timeout, never by
@@ -193,5 +196,6 @@ mod tests;
 mod vm;
 
 pub(crate) use guest_ram::*;
+pub(crate) use handle::EventfdOrder;
 use handle::*;
 pub(crate) use vm::*;

@@ -64,6 +64,11 @@ impl Vm {
 
     /// Closes CH's connection (if still open), then reconnects as after a HUP (E.5).
     pub(crate) fn reconnect(self, socket: &str) -> Self {
+        self.reconnect_with(socket, EventfdOrder::CallFirst)
+    }
+
+    /// [`Vm::reconnect`], sending each queue's eventfds in `order`.
+    pub(crate) fn reconnect_with(self, socket: &str, order: EventfdOrder) -> Self {
         let Vm {
             guest,
             vu,
@@ -74,7 +79,14 @@ impl Vm {
         // Closed without GET_VRING_BASE, as at CH shutdown, or after the backend went
         // away. The daemon serves one frontend at a time, so this must come first.
         drop(vu);
-        let vu = VhostUserHandle::reconnect(socket, &guest, &state, acked_features, &mut inflight);
+        let vu = VhostUserHandle::reconnect(
+            socket,
+            &guest,
+            &state,
+            acked_features,
+            &mut inflight,
+            order,
+        );
         Vm {
             guest,
             vu,

@@ -564,10 +564,17 @@ where
             .get(index as usize)
             .ok_or(VhostUserError::InvalidParam)?;
 
+        let given = file.is_some();
         vring.set_call(file);
 
         if self.vring_needs_init(vring) {
             self.initialize_vring(vring, index)?;
+        } else if given && vring.get_ref().get_queue().ready() {
+            // A started queue gets its call fd: notify once. QEMU sends KICK (which starts
+            // the queue) before CALL, so a backend restarted after publishing used entries
+            // it never notified had no fd to tell the guest with when the queue started,
+            // and the guest would wait for them forever. libvhost-user does the same.
+            let _ = vring.signal_used_queue();
         }
 
         Ok(())
