@@ -6,6 +6,7 @@
 mod disk;
 mod duty_cycle;
 mod emulated;
+mod host_noise;
 mod learning;
 
 // The harness shared with tests/integration, under the paths the tests name it by.
