@@ -68,8 +68,9 @@ fn measure_on_a_host_quiet_to(
 const MAX_ATTEMPTS: usize = 4;
 /// Steal below this share of the CPU time makes an attempt's miss count as a quiet one.
 const QUIET_STEAL: f64 = 0.02;
-/// For a bound on millisecond tails, a stall this long makes an attempt not quiet: five
-/// times a 1 ms SLO, so that one stall alone can cost a paced reader's second its p99.
+/// For a bound on readers' millisecond tails, a stall this long makes an attempt not
+/// quiet: every paced reader has a request stopped through it, and a few such stalls in
+/// one second set that second's p99.
 const QUIET_STALL: Duration = Duration::from_millis(5);
 
 /// With the default QoS settings (no model, no targets) a lone tenant never waits for
