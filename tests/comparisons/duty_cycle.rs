@@ -35,7 +35,7 @@ const READERS: usize = 4;
 /// had the device alone (docs/qos.md), which leaves a reader-second one or two slow
 /// reads from missing. `measure_tails` prints each attempt's steal and longest stall.
 #[test]
-fn readers_on_a_duty_cycle_keep_their_slo_and_the_writer_gets_the_device_back() {
+fn readers_on_a_duty_cycle_are_kept_from_the_writers_queue_and_it_gets_the_device_back() {
     let readers: Vec<String> = (0..READERS).map(|i| format!("r{i}")).collect();
     let mut volumes: String = readers
         .iter()
