@@ -208,8 +208,7 @@ impl VolumeCore {
 
     /// Is the volume idle: nothing offered this period and nothing in flight (design §6.1)?
     pub(crate) fn is_idle(&self, cur_period: u64) -> bool {
-        self.active_period.load(Relaxed) != cur_period
-            && self.done_vtime.load(Relaxed) == self.vtime.load(Relaxed)
+        self.active_period.load(Relaxed) != cur_period && !self.has_in_flight()
     }
 
     /// Has the volume requests in flight?

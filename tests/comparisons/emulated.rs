@@ -25,19 +25,19 @@ static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// with the host's dirty pages written back: right after a build, writeback slows the
 /// emulated device's backing file for seconds, and the latencies QoS steers by with it.
 pub(crate) fn measure(what: &str, attempt: impl FnMut() -> Result<(), String>) {
-    measure_on_a_host_quiet_to(what, None, attempt)
+    measure_on_a_host_quiet_to(what, Duration::MAX, attempt)
 }
 
 /// [`measure`] for a bound on readers' millisecond tails: a host that stalled this VM
 /// for [`QUIET_STALL`] or longer during an attempt was not quiet either (`host_noise`
 /// says why steal misses it).
 pub(crate) fn measure_tails(what: &str, attempt: impl FnMut() -> Result<(), String>) {
-    measure_on_a_host_quiet_to(what, Some(QUIET_STALL), attempt)
+    measure_on_a_host_quiet_to(what, QUIET_STALL, attempt)
 }
 
 fn measure_on_a_host_quiet_to(
     what: &str,
-    max_stall: Option<Duration>,
+    max_stall: Duration,
     mut attempt: impl FnMut() -> Result<(), String>,
 ) {
     let _one_at_a_time = MEASURING.locked();
@@ -57,7 +57,7 @@ fn measure_on_a_host_quiet_to(
         let miss = format!("{why}; {noise}");
         eprintln!("{what}: missed ({miss})");
         misses.push(miss);
-        quiet_misses += usize::from(noise.quiet(QUIET_STEAL, max_stall.unwrap_or(Duration::MAX)));
+        quiet_misses += usize::from(noise.quiet(QUIET_STEAL, max_stall));
         if quiet_misses == 2 || n == MAX_ATTEMPTS {
             panic!("{what}: missed {n} times: {}", misses.join("; then "));
         }

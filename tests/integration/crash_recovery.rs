@@ -250,12 +250,11 @@ fn an_answer_stored_but_not_notified_before_a_kill_is_notified_after_the_reconne
             "{order:?}: the dead daemon notified the guest"
         );
         let d = DaemonProcess::start_in(dir, &config(""));
-        let vm = vm.reconnect_with(&d.socket("v"), order);
+        let mut vm = vm.reconnect_with(&d.socket("v"), order);
         assert!(
             vm.guest.queues[0].wait_call(Duration::from_secs(10)),
             "{order:?}: the guest was never notified of its answered write"
         );
-        let mut vm = vm;
         let used = vm.guest.wait_used(0);
         assert_eq!(used.head, head);
         check_answer(&vm, head, &mut sent);
