@@ -3,8 +3,12 @@
 //! vrate free to move.
 
 use crate::client::{pattern, Client, Op};
-use crate::daemon::{config, control_get, stats_of, volume, volume_stats, DaemonProcess};
-use crate::devices::{reader, run_one, DEFAULTS, FAST_DEVICE, SLOW_DEVICE};
+use crate::daemon::{
+    config, control_get, reads_over, stats_of, volume, volume_stats, wait_for_stats, DaemonProcess,
+};
+use crate::devices::{
+    light_and_heavy_reading, patch_weight, reader, run_one, DEFAULTS, FAST_DEVICE, SLOW_DEVICE,
+};
 use std::time::Duration;
 use vhost_iocost::loadgen::{self, TenantSpec};
 use vhost_iocost::lock::Locked;
@@ -138,36 +142,10 @@ fn a_sparse_file_is_not_calibrated() {
     assert_eq!(m["source"], "config", "{m}");
 }
 
-/// Polls until `ready` holds for the daemon's statistics (10 s at most).
-fn wait_for_stats(d: &DaemonProcess, what: &str, ready: impl Fn(&serde_json::Value) -> bool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !ready(&control_get(d, "/v1/stats")) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting: {what}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// The reads `heavy` completed per read of `light` while the two together complete
-/// `total` more reads, from the daemon's own counters.
+/// The reads `heavy` completed per read of `light` over their next `total` reads.
 fn split_over(d: &DaemonProcess, total: u64) -> f64 {
-    let reads = |d: &DaemonProcess| -> [u64; 2] {
-        ["light", "heavy"].map(|v| volume_stats(d, v)["reads"].as_u64().unwrap())
-    };
-    let start = reads(d);
-    wait_for_stats(d, "reads", |s| {
-        let sum: u64 = s["volumes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v["reads"].as_u64().unwrap())
-            .sum();
-        sum >= start[0] + start[1] + total
-    });
-    let end = reads(d);
-    (end[1] - start[1]) as f64 / (end[0] - start[0]).max(1) as f64
+    let ([light, heavy], _) = reads_over(d, ["light", "heavy"], total);
+    heavy as f64 / light.max(1) as f64
 }
 
 /// Two backlogged readers at equal weights split 1:1; a PATCH to 300 gives the heavy one
@@ -176,31 +154,11 @@ fn split_over(d: &DaemonProcess, total: u64) -> f64 {
 #[test]
 fn a_weight_change_takes_effect_at_once() {
     let _one_at_a_time = measuring();
-    let d = DaemonProcess::start(&config(
-        &format!("{SLOW_DEVICE}{DEFAULTS}"),
-        &(volume("light", 0, 16, "") + &volume("heavy", 16, 16, "")),
-    ));
     // The load outlasts the 30,000 reads measured even on a machine busy with the rest
     // of the suite (alone they take 1.5 s; 60,000 once took over the 8 s of load there).
-    let tenants = [reader(&d, "light", 16, 10), reader(&d, "heavy", 16, 10)];
-    let load = std::thread::spawn(move || loadgen::run(&tenants));
-    wait_for_stats(&d, "both volumes active", |s| {
-        s["volumes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|v| v["active"] == true)
-    });
+    let (d, load) = light_and_heavy_reading(10);
     let before = split_over(&d, 10_000);
-    let body = r#"{"weight": 300}"#;
-    let r = vhost_iocost::control::client::request(
-        &d.path("control.sock"),
-        "PATCH",
-        "/v1/volumes/heavy",
-        Some(body),
-    )
-    .unwrap();
-    assert_eq!(r.status, 200, "{}", r.body);
+    patch_weight(&d, "heavy", 300);
     let hw = volume_stats(&d, "heavy")["hweight_active_pct"]
         .as_f64()
         .unwrap();

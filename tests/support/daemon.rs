@@ -297,6 +297,36 @@ pub fn stats_of<'a>(all: &'a serde_json::Value, name: &str) -> &'a serde_json::V
         .unwrap_or_else(|| panic!("no volume {name} in {all}"))
 }
 
+/// Polls until `ready` holds for the daemon's statistics (10 s at most).
+pub fn wait_for_stats(d: &DaemonProcess, what: &str, ready: impl Fn(&serde_json::Value) -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !ready(&control_get(d, "/v1/stats")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Over the next `total` reads of the volumes `names` together, from the daemon's own
+/// counters: the reads each completed, and the reads per second of all of them.
+pub fn reads_over<const N: usize>(
+    d: &DaemonProcess,
+    names: [&str; N],
+    total: u64,
+) -> ([u64; N], f64) {
+    let reads = |s: &serde_json::Value| names.map(|v| stats_of(s, v)["reads"].as_u64().unwrap());
+    let start = reads(&control_get(d, "/v1/stats"));
+    let started = std::time::Instant::now();
+    let goal = start.iter().sum::<u64>() + total;
+    wait_for_stats(d, "reads", |s| reads(s).iter().sum::<u64>() >= goal);
+    let end = reads(&control_get(d, "/v1/stats"));
+    let done: [u64; N] = std::array::from_fn(|i| end[i] - start[i]);
+    let per_sec = done.iter().sum::<u64>() as f64 / started.elapsed().as_secs_f64();
+    (done, per_sec)
+}
+
 /// `GET path` on the daemon's control socket (`control.sock`), as JSON.
 pub fn control_get(d: &DaemonProcess, path: &str) -> serde_json::Value {
     vhost_iocost::control::client::request(&d.path("control.sock"), "GET", path, None)

@@ -1,7 +1,7 @@
 //! The emulated devices and the tenants the QoS tests measure with, shared by the
 //! integration suite and the comparisons that run alone (`tests/comparisons`).
 
-use crate::daemon::DaemonProcess;
+use crate::daemon::{config, volume, wait_for_stats, DaemonProcess};
 use std::time::Duration;
 use vhost_iocost::loadgen::{self, Pattern, TenantResult, TenantSpec};
 
@@ -63,4 +63,41 @@ pub fn run_one(spec: TenantSpec) -> TenantResult {
     let r = r.remove(0);
     assert_eq!(r.errors, 0, "{r:?}");
     r
+}
+
+/// Tenants running on a thread of their own; joining gives their results.
+pub type Load = std::thread::JoinHandle<Result<Vec<TenantResult>, String>>;
+
+/// A daemon on the slow device on its defaults, with volumes `light` and `heavy` at
+/// equal weights, each read by a QD16 [`reader`] for `secs`; returned once both count as
+/// active.
+pub fn light_and_heavy_reading(secs: u64) -> (DaemonProcess, Load) {
+    let d = DaemonProcess::start(&config(
+        &format!("{SLOW_DEVICE}{DEFAULTS}"),
+        &(volume("light", 0, 16, "") + &volume("heavy", 16, 16, "")),
+    ));
+    let tenants = [reader(&d, "light", 16, secs), reader(&d, "heavy", 16, secs)];
+    let load = std::thread::spawn(move || loadgen::run(&tenants));
+    wait_for_stats(&d, "both volumes active", |s| {
+        s["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|v| v["active"] == true)
+    });
+    (d, load)
+}
+
+/// Sets volume `name`'s weight over the control socket.
+pub fn patch_weight(d: &DaemonProcess, name: &str, weight: u32) {
+    let body = format!("{{\"weight\": {weight}}}");
+    let path = format!("/v1/volumes/{name}");
+    let r = vhost_iocost::control::client::request(
+        &d.path("control.sock"),
+        "PATCH",
+        &path,
+        Some(&body),
+    )
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
 }
