@@ -43,6 +43,7 @@ pub(crate) mod lat_stat;
 pub(crate) mod latency_class;
 pub(crate) mod latency_floor;
 pub(crate) mod service_share;
+pub(crate) mod slip;
 mod state;
 pub(crate) mod usage;
 pub(crate) mod victims;
@@ -60,8 +61,9 @@ use crate::qos::stats::PeriodRecord;
 use crate::qos::vclock::Now;
 use crate::qos::volume::rate_to_ppm;
 use crate::qos::{Protect, QosDevice};
-use crate::vtime::MILLION;
+use crate::vtime::{MILLION, VTIME_PER_USEC};
 use lat_stat::{LatCounts, LatStat};
+use slip::SLIP_FROM_PCT;
 pub(crate) use state::{PeriodCtx, PlannerState};
 
 pub use busy::{BUSY_LEVEL_MAX, RQ_WAIT_BUSY_PCT};
@@ -258,7 +260,7 @@ fn share_out(
     let now = ctx.now;
     idle::deactivate_idle(dev, st, ctx);
     usage::flush(st, ps.books(st.tree.nodes.len()), period_lat.elapsed_ns);
-    victims::mark(dev, st, ps.books(st.tree.nodes.len()), ctx);
+    ps.far_victim = victims::mark(dev, st, ps.books(st.tree.nodes.len()), ctx);
     if st.group_reserves {
         // Members came and went: split the groups' reservations again (design §14).
         dev.apply_reservations(st);
@@ -307,28 +309,37 @@ fn judge_window(
         targets_us,
         now.now_ns,
     );
-    if underserved_only && attainable && judged.all.missed_target(aim) {
+    if underserved_only
+        && attainable
+        && judged.all.missed_target(aim)
+        && st.vtime_base_rate >= VTIME_PER_USEC
+    {
         // Volumes that are no victims miss more than the aim: their misses do not lower
-        // vrate, but raising it would only deepen their queues and, with unequal
-        // weights, let the device rather than the budgets decide the split.
+        // vrate. Past the model's own speed (100 %) raising it would only deepen their
+        // queues and, with unequal weights, let the device rather than the budgets
+        // decide the split. Below it a hold would keep vrate wherever a victim's descent
+        // left it, and the device idle for nobody's sake (weights 1:3 backlogged: held
+        // at 66-85 %, the device 67-85 % busy).
         trend = latency_floor::LatencyTrend::Rising;
     }
+    let was_busy = st.busy_level > 0;
     st.busy_level = busy::next_busy_level(st.busy_level, &lat, trend, &steering, aim);
     override_busy_level(st, ps);
-    if lat.grossly_missed(ctx.ppm_thr, targets_us) {
+    if underserved_only && !was_busy && st.busy_level > 0 && slipping(st, ps, judged) {
+        ps.slip.slipped(st.vtime_base_rate, now.now_ns);
+    }
+    if lat.grossly_missed(ctx.ppm_thr, targets_us) && (ps.far_victim || !underserved_only) {
         ps.gross_streak = ps.gross_streak.saturating_add(1);
     } else if !lat.no_samples(ctx.ppm_thr) || judged.all.nr_done > judged.stat.nr_done {
         // A window in which only volumes that are no victims completed anything has
         // nobody to protect: the streak ends as after a met window.
         ps.gross_streak = 0;
     }
-    vrate::adjust_base_vrate(
-        dev,
-        st,
-        ps.gross_streak,
-        steering.nr_lagging,
-        ps.vrate_ceiling.limit(),
-    );
+    let ceiling = match (ps.vrate_ceiling.limit(), ps.slip.current(now.now_ns)) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    vrate::adjust_base_vrate(dev, st, ps.gross_streak, steering.nr_lagging, ceiling);
     let missed = lat.missed_target(ctx.ppm_thr);
     let missed_at_min = if missed && st.vtime_base_rate <= params.vrate_min() {
         st.last.missed_at_min.saturating_add(judged.periods)
@@ -347,6 +358,19 @@ fn judge_window(
         missed_at_min,
         judged_periods: judged.periods,
     }
+}
+
+/// Whether the victims of a window are those of weights slipping (`slip`): all of them
+/// near ones, beside others, with vrate near the model's speed (at least
+/// [`SLIP_FROM_PCT`] of it), where a model a few per cent optimistic puts vrate above
+/// the device's. Well below it the budgets bind, and a paced reader a little short
+/// beside a writer is protected from that writer, not from the device: a ceiling there
+/// held the stacking scenario's writer at 32-54 MiB/s against 53-118 without it.
+fn slipping(st: &DeviceState, ps: &PlannerState, judged: &lat_stat::Judged) -> bool {
+    !ps.far_victim
+        && judged.stat.nr_done > 0
+        && judged.all.nr_done > judged.stat.nr_done
+        && st.vtime_base_rate >= VTIME_PER_USEC * SLIP_FROM_PCT / 100
 }
 
 /// Whose latency steers vrate this window, the demand that pushes it up, and whether

@@ -21,6 +21,10 @@ pub(crate) struct PlannerState {
     pub reach: super::attainable::Reach,
     /// Consecutive windows with a gross latency miss (see `vrate`).
     pub gross_streak: u32,
+    /// Some victim was one by far in the last period (see `victims::mark`).
+    pub far_victim: bool,
+    /// Where the weights last slipped (see `slip`).
+    pub slip: super::slip::SlipCeiling,
     /// What the latency class found since the device's latency was last judged.
     pub latency_class: super::latency_class::Verdict,
     /// The latency class's limit on vrate rises.

@@ -49,7 +49,16 @@ fn deficit_se(nr_foreground: usize) -> f64 {
 /// out of the averages: blended in as a share of 0 against a full entitlement, such
 /// periods kept 8 equal readers on this machine's disk 4-7 % below their shares, and
 /// made most of them victims in every period.
-pub(crate) fn mark(dev: &DeviceShared, st: &DeviceState, books: &mut [NodeBook], ctx: &PeriodCtx) {
+///
+/// Returns whether some victim is one by far: back from a pause, short of its
+/// reservation, or served below half its share. Only such a victim's gross misses take
+/// vrate down in the largest steps (`super::vrate`).
+pub(crate) fn mark(
+    dev: &DeviceShared,
+    st: &DeviceState,
+    books: &mut [NodeBook],
+    ctx: &PeriodCtx,
+) -> bool {
     let gen = dev.hweight_gen.load(Acquire);
     let elapsed_ns = ctx.now.now_ns.saturating_sub(ctx.period_at_ns).max(1);
     let rate = |id: usize, usage: u64| service_rate(st, id, usage, ctx);
@@ -62,6 +71,7 @@ pub(crate) fn mark(dev: &DeviceShared, st: &DeviceState, books: &mut [NodeBook],
         }
     }
     let z = deficit_se(nr_foreground);
+    let mut far = false;
     for (id, v) in st.active.iter() {
         let own = rate(*id, books[*id].usage_delta_abs);
         let share = if rate_sum > 0.0 { own / rate_sum } else { 0.0 };
@@ -89,6 +99,7 @@ pub(crate) fn mark(dev: &DeviceShared, st: &DeviceState, books: &mut [NodeBook],
             // is admitted nothing meanwhile, so by admitted service the returner looks
             // served above its share while its first requests wait behind that queue.
             book.victim = true;
+            far = true;
             continue;
         }
         book.back_until_ns = 0;
@@ -96,8 +107,11 @@ pub(crate) fn mark(dev: &DeviceShared, st: &DeviceState, books: &mut [NodeBook],
         if rate_sum > 0.0 {
             book.service = book.service.blend(share, entitled, done);
         }
-        book.victim = book.service.short_of(z) || v.reserve.unmet(book.usage_delta_abs, elapsed_ns);
+        let reserve_unmet = v.reserve.unmet(book.usage_delta_abs, elapsed_ns);
+        book.victim = book.service.short_of(z) || reserve_unmet;
+        far |= reserve_unmet || book.service.far_short();
     }
+    far
 }
 
 /// Whether volume `id` activated within `grace` after a neighbour's time alone on the

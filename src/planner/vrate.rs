@@ -81,7 +81,8 @@ pub(crate) fn adjust_base_vrate(
         let factor = if busy > 0 { 100 - pct } else { 100 + pct };
         v = cdiv(v.saturating_mul(factor), 100).clamp(vmin, vmax);
         if busy < 0 {
-            // A rise stops at the latency class's ceiling (never a fall, design §15).
+            // A rise stops at a ceiling, never a fall: the latency class's (design §15)
+            // or where the weights slipped (`super::slip`).
             if let Some(ceiling) = ceiling {
                 v = v.min(ceiling.max(st.vtime_base_rate));
             }

@@ -164,10 +164,16 @@ impl DeviceShared {
         // Parents read their own weight while propagating, so store it first for groups;
         // a volume's weight only enters through `active`.
         cells.weight.store(w, Relaxed);
-        if cells.active.load(Relaxed) != 0 {
+        let active = cells.active.load(Relaxed);
+        if active != 0 {
+            // The in-use weight keeps its fraction of the weight: left at the old value,
+            // a volume raised from 100 to 300 would be charged at its old share (and its
+            // neighbour at theirs) until its next throttle, which a device-bound volume
+            // may not meet for tens of milliseconds.
+            let inuse = u64::from(cells.inuse.load(Relaxed)) * u64::from(w) / u64::from(active);
+            let inuse = inuse.clamp(1, u64::from(w)) as u32;
             let now = self.now();
-            st.tree
-                .propagate(id, w, cells.inuse.load(Relaxed), Some(now.vnow));
+            st.tree.propagate(id, w, inuse, Some(now.vnow));
             st.tree.commit_weights(&self.hweight_gen);
         } else {
             // The in-use weight it would come back with was for the old weight.

@@ -124,6 +124,11 @@ pub const DEFICIT_SE: f64 = 2.0;
 /// three, 1.09 ×.
 pub const DEFICIT_SE_PER_DOUBLING: f64 = 0.25;
 
+/// Near victims lowering vrate from at least this share of the model's speed, percent,
+/// are the weights slipping (`planner::slip`): calibration and learning keep the model
+/// within a few per cent of the device.
+pub const SLIP_FROM_PCT: u64 = 90;
+
 // ---- the service share victims are judged by: `service_share` ----
 
 /// The service share and completion count are averaged over about this many periods.

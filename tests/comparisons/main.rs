@@ -8,6 +8,7 @@ mod duty_cycle;
 mod emulated;
 mod host_noise;
 mod learning;
+mod weights;
 
 // The harness shared with tests/integration, under the paths the tests name it by.
 use support::{daemon, devices};

@@ -102,6 +102,37 @@ fn everyones_misses_hold_vrate_only_while_the_target_is_attainable() {
     );
 }
 
+/// Below the model's own speed (100 %), misses of volumes that are no victims do not
+/// hold vrate even while the target is attainable: a hold there keeps it wherever a
+/// victim's descent left it, with the device partly idle for nobody's sake.
+#[test]
+fn everyones_misses_hold_vrate_only_above_the_models_speed() {
+    let qos = underserved_only();
+    let (dev, clock) = device(&qos);
+    let a = dev.add_volume("a", None, 100).unwrap();
+    let b = dev.add_volume("b", None, 100).unwrap();
+    // Left at 70 % as after a descent: the bounds clamp it there and then let it go.
+    dev.set_qos(&QosConfig {
+        max: 70.0,
+        ..qos.clone()
+    })
+    .unwrap();
+    dev.set_qos(&qos).unwrap();
+    for _ in 0..20 {
+        both_busy_for_a_period(&dev, &clock, [&a, &b], 100_000);
+    }
+    let met = dev.vrate_ppm();
+    assert!(met < 1_000_000, "{met}");
+    for _ in 0..20 {
+        both_busy_for_a_period(&dev, &clock, [&a, &b], 6_000_000);
+    }
+    let after = dev.vrate_ppm();
+    assert!(
+        after > met,
+        "held below the model's speed: {after} <= {met}"
+    );
+}
+
 /// While only one volume is active, for the second before it counts as alone, vrate
 /// holds: raised for a lone writer, it would greet readers coming back with a full
 /// device queue.
