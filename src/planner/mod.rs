@@ -150,6 +150,7 @@ fn plan(dev: &DeviceShared, ps: &mut PlannerState) -> u64 {
             lone.forgive_completed_ahead(now.vnow);
         }
         ps.lat_window.reset();
+        ps.far_victim = false;
         Signals {
             lat: period_lat.stat(),
             trend: latency_floor::LatencyTrend::Clear,
@@ -260,7 +261,8 @@ fn share_out(
     let now = ctx.now;
     idle::deactivate_idle(dev, st, ctx);
     usage::flush(st, ps.books(st.tree.nodes.len()), period_lat.elapsed_ns);
-    ps.far_victim = victims::mark(dev, st, ps.books(st.tree.nodes.len()), ctx);
+    // Over the periods of the window being gathered (`judge_window` clears it).
+    ps.far_victim |= victims::mark(dev, st, ps.books(st.tree.nodes.len()), ctx);
     if st.group_reserves {
         // Members came and went: split the groups' reservations again (design §14).
         dev.apply_reservations(st);
@@ -318,14 +320,17 @@ fn judge_window(
         // vrate. Past the model's own speed (100 %) raising it would only deepen their
         // queues and, with unequal weights, let the device rather than the budgets
         // decide the split. Below it a hold would keep vrate wherever a victim's descent
-        // left it, and the device idle for nobody's sake (weights 1:3 backlogged: held
-        // at 66-85 %, the device 67-85 % busy).
+        // left it, the device partly idle for nobody's sake (BENCHMARKS.md, "A weight
+        // change among backlogged tenants").
         trend = latency_floor::LatencyTrend::Rising;
     }
     let was_busy = st.busy_level > 0;
     st.busy_level = busy::next_busy_level(st.busy_level, &lat, trend, &steering, aim);
+    // A descent on latency misses, not on the latency class or slot waits.
+    let latency_descent = !was_busy && st.busy_level > 0 && lat.missed_target(aim);
     override_busy_level(st, ps);
-    if underserved_only && !was_busy && st.busy_level > 0 && slipping(st, ps, judged) {
+    ps.slip.config(std::ptr::from_ref(dev.cfg()) as usize);
+    if underserved_only && latency_descent && slipping(st, ps, judged) {
         ps.slip.slipped(st.vtime_base_rate, now.now_ns);
     }
     if lat.grossly_missed(ctx.ppm_thr, targets_us) && (ps.far_victim || !underserved_only) {
@@ -339,7 +344,12 @@ fn judge_window(
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
+    let vrate_before = st.vtime_base_rate;
     vrate::adjust_base_vrate(dev, st, ps.gross_streak, steering.nr_lagging, ceiling);
+    if st.vtime_base_rate > vrate_before {
+        ps.slip.rose();
+    }
+    ps.far_victim = false;
     let missed = lat.missed_target(ctx.ppm_thr);
     let missed_at_min = if missed && st.vtime_base_rate <= params.vrate_min() {
         st.last.missed_at_min.saturating_add(judged.periods)
@@ -365,7 +375,7 @@ fn judge_window(
 /// [`SLIP_FROM_PCT`] of it), where a model a few per cent optimistic puts vrate above
 /// the device's. Well below it the budgets bind, and a paced reader a little short
 /// beside a writer is protected from that writer, not from the device: a ceiling there
-/// held the stacking scenario's writer at 32-54 MiB/s against 53-118 without it.
+/// would hold back the writer for nothing.
 fn slipping(st: &DeviceState, ps: &PlannerState, judged: &lat_stat::Judged) -> bool {
     !ps.far_victim
         && judged.stat.nr_done > 0

@@ -44,12 +44,6 @@ impl Service {
         }
     }
 
-    /// Served below half its entitled share: not weights slipping as vrate passes the
-    /// device's speed but a neighbour taking what it is owed.
-    pub(crate) fn far_short(self) -> bool {
-        self.done * self.periods >= 1.0 && self.share < self.entitled * (1.0 - OBVIOUS_DEFICIT)
-    }
-
     /// Served below its entitled share by more than `z` standard errors.
     pub(crate) fn short_of(self, z: f64) -> bool {
         let samples = self.done * self.periods;

@@ -21,7 +21,8 @@ pub(crate) struct PlannerState {
     pub reach: super::attainable::Reach,
     /// Consecutive windows with a gross latency miss (see `vrate`).
     pub gross_streak: u32,
-    /// Some victim was one by far in the last period (see `victims::mark`).
+    /// Some victim was one by far in a period of the window being gathered (see
+    /// `victims::mark`).
     pub far_victim: bool,
     /// Where the weights last slipped (see `slip`).
     pub slip: super::slip::SlipCeiling,

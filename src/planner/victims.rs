@@ -32,7 +32,7 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed};
 use crate::qos::shared::{DeviceShared, DeviceState};
 
 use super::books::NodeBook;
-use super::service_share::Service;
+use super::service_share::{Service, OBVIOUS_DEFICIT};
 use super::state::PeriodCtx;
 pub use crate::qos::tunables::{
     BACK_GRACE_NS, BACK_GRACE_PERIODS, DEFICIT_SE, DEFICIT_SE_PER_DOUBLING, FRESH_AFTER_IDLE_NS,
@@ -51,8 +51,8 @@ fn deficit_se(nr_foreground: usize) -> f64 {
 /// made most of them victims in every period.
 ///
 /// Returns whether some victim is one by far: back from a pause, short of its
-/// reservation, or served below half its share. Only such a victim's gross misses take
-/// vrate down in the largest steps (`super::vrate`).
+/// reservation, or served below half its share this period. Only such a victim's gross
+/// misses take vrate down in the largest steps (`super::vrate`).
 pub(crate) fn mark(
     dev: &DeviceShared,
     st: &DeviceState,
@@ -109,7 +109,10 @@ pub(crate) fn mark(
         }
         let reserve_unmet = v.reserve.unmet(book.usage_delta_abs, elapsed_ns);
         book.victim = book.service.short_of(z) || reserve_unmet;
-        far |= reserve_unmet || book.service.far_short();
+        // Far: this period's share, not the average, so that a reader a writer has just
+        // joined is one at once.
+        let far_short = rate_sum > 0.0 && share < entitled * (1.0 - OBVIOUS_DEFICIT);
+        far |= book.victim && (reserve_unmet || far_short);
     }
     far
 }

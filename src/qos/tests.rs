@@ -138,9 +138,13 @@ fn weight_change_takes_effect_on_next_admission() {
     go(b.admit(&io_us(1)));
     assert_eq!(a.stats().hweight_active_raw, WEIGHT_ONE / 2);
     dev.set_weight("b", 300).unwrap();
-    assert_eq!(a.stats().hweight_active_raw, WEIGHT_ONE / 4);
+    // The in-use weights follow at once (a volume lending nothing keeps lending
+    // nothing), so both are charged at the new shares before either is throttled.
+    let shares = |v: &VolumeQos| (v.stats().hweight_active_raw, v.stats().hweight_inuse_raw);
+    assert_eq!(shares(&a), (WEIGHT_ONE / 4, WEIGHT_ONE / 4));
+    assert_eq!(shares(&b), (WEIGHT_ONE * 3 / 4, WEIGHT_ONE * 3 / 4));
     dev.set_weight("g", 300).unwrap();
-    assert_eq!(a.stats().hweight_active_raw, WEIGHT_ONE / 2);
+    assert_eq!(shares(&a), (WEIGHT_ONE / 2, WEIGHT_ONE / 2));
     assert_eq!(b.stats().weight, 300);
 }
 

@@ -126,8 +126,15 @@ pub const DEFICIT_SE_PER_DOUBLING: f64 = 0.25;
 
 /// Near victims lowering vrate from at least this share of the model's speed, percent,
 /// are the weights slipping (`planner::slip`): calibration and learning keep the model
-/// within a few per cent of the device.
+/// within a few per cent of the device. Well below it the budgets bind, and near
+/// victims are paced readers beside a writer.
 pub const SLIP_FROM_PCT: u64 = 90;
+
+/// Where the weights slipped caps rises this far below it, percent.
+pub const SLIP_BACKOFF_PCT: u64 = 3;
+
+/// ... for this long after the ceiling was last lowered.
+pub const SLIP_MEMORY_NS: u64 = 10_000_000_000;
 
 // ---- the service share victims are judged by: `service_share` ----
 
