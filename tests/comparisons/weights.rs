@@ -19,7 +19,7 @@ const BOTH: [&str; 2] = ["light", "heavy"];
 fn a_weight_change_keeps_the_split_and_the_device_busy() {
     measure("weight change", || {
         // 120,000 reads at the device's 20,000 a second, with time to spare.
-        let (d, load) = light_and_heavy_reading(12);
+        let (d, load) = light_and_heavy_reading("", 12);
         let (_, at_equal) = reads_over(&d, BOTH, 20_000);
         patch_weight(&d, "heavy", 300);
         reads_over(&d, BOTH, 40_000);

@@ -68,12 +68,12 @@ pub fn run_one(spec: TenantSpec) -> TenantResult {
 /// Tenants running on a thread of their own; joining gives their results.
 pub type Load = std::thread::JoinHandle<Result<Vec<TenantResult>, String>>;
 
-/// A daemon on the slow device on its defaults, with volumes `light` and `heavy` at
-/// equal weights, each read by a QD16 [`reader`] for `secs`; returned once both count as
-/// active.
-pub fn light_and_heavy_reading(secs: u64) -> (DaemonProcess, Load) {
+/// A daemon on the slow device on its defaults and then `device_extra` (TOML after the
+/// `[device]` tables), with volumes `light` and `heavy` at equal weights, each read by a
+/// QD16 [`reader`] for `secs`; returned once both count as active.
+pub fn light_and_heavy_reading(device_extra: &str, secs: u64) -> (DaemonProcess, Load) {
     let d = DaemonProcess::start(&config(
-        &format!("{SLOW_DEVICE}{DEFAULTS}"),
+        &format!("{SLOW_DEVICE}{device_extra}{DEFAULTS}"),
         &(volume("light", 0, 16, "") + &volume("heavy", 16, 16, "")),
     ));
     let tenants = [reader(&d, "light", 16, secs), reader(&d, "heavy", 16, secs)];
