@@ -340,10 +340,11 @@ fn judge_window(
         // nobody to protect: the streak ends as after a met window.
         ps.gross_streak = 0;
     }
-    let ceiling = match (ps.vrate_ceiling.limit(), ps.slip.current(now.now_ns)) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
+    // The lower of the latency class's ceiling and where the weights slipped.
+    let ceiling = [ps.vrate_ceiling.limit(), ps.slip.current(now.now_ns)]
+        .into_iter()
+        .flatten()
+        .min();
     let vrate_before = st.vtime_base_rate;
     vrate::adjust_base_vrate(dev, st, ps.gross_streak, steering.nr_lagging, ceiling);
     if st.vtime_base_rate > vrate_before {
